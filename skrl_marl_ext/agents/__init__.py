@@ -1,0 +1,17 @@
+"""The agents: MAPPO and IPPO (one on-policy core)."""
+
+from skrl_marl_ext.agents.ippo import IPPO, IPPO_CFG
+from skrl_marl_ext.agents.mappo import MAPPO, MAPPO_CFG
+from skrl_marl_ext.agents.on_policy import AGENT_MASK_KEY, MEAN_ACTIONS_KEY, OnPolicyAgent
+from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
+
+__all__ = [
+    "AGENT_MASK_KEY",
+    "IPPO",
+    "IPPO_CFG",
+    "MAPPO",
+    "MAPPO_CFG",
+    "MEAN_ACTIONS_KEY",
+    "OnPolicyAgent",
+    "OnPolicyCfg",
+]

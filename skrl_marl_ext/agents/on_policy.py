@@ -1,0 +1,890 @@
+"""The on-policy core shared by MAPPO and IPPO.
+
+MAPPO and IPPO are one algorithm (PPO per agent, Schulman et al. 2017) that differ only in what the critic reads:
+the global state (MAPPO, Yu et al. 2022, https://arxiv.org/abs/2103.01955) or the agent's own observation
+(IPPO, de Witt et al. 2020, https://arxiv.org/abs/2011.09533). This module runs skrl's multi-agent lifecycle
+(``act``, ``record_transition``, ``post_interaction``, ``update``) for both; the math is in
+:mod:`skrl_marl_ext.functional`.
+
+Agent groups
+------------
+Agents whose models dicts hold the *same* policy object and the *same* value object form a group; agents with
+models of their own are groups of one. A group of ``G`` agents runs as one batch: ``act`` stacks the agents'
+inputs agent-major into ``(G * num_envs, size)`` and calls each model once, the rollout is stored in one
+preallocated buffer of shape ``(rollouts, G, num_envs, size)`` per tensor, GAE runs once over it, and each
+mini-batch is one loss over all the group's agents with one optimiser step (one optimiser per group).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+import torch
+from packaging import version
+from skrl.memories.torch import Memory
+from skrl.models.torch import CategoricalMixin, Model
+from skrl.multi_agents.torch import MultiAgent
+from skrl.resources.schedulers.torch import KLAdaptiveLR
+from skrl.utils import ScopedTimer
+from skrl.utils.spaces.torch import compute_space_size, unflatten_tensorized_space
+
+from skrl_marl_ext import distributed
+from skrl_marl_ext.agents.config import build_cfg
+from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
+from skrl_marl_ext.agents.validation import check_agent_inputs, check_policy_family, dry_run
+from skrl_marl_ext.functional import (
+    approx_kl,
+    clip_fraction,
+    clipped_surrogate_loss,
+    compute_gae,
+    explained_variance,
+    masked_mean,
+    normalize_advantages,
+    value_loss,
+)
+from skrl_marl_ext.models.agent_id import append_agent_id
+from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY, MaskedCategoricalMixin
+from skrl_marl_ext.preprocessors import update_statistics
+
+AGENT_MASK_KEY = "agent_mask"
+"""Key in ``infos`` of the agent (death) masks: ``infos["agent_mask"][agent]`` is a boolean tensor of shape
+``(num_envs, 1)``, True where the agent acted in the step that produced these infos (its transition is real).
+Transitions with False contribute nothing to any loss or statistic. Missing agents or a missing key mean True."""
+
+MEAN_ACTIONS_KEY = "mean_actions"
+"""Key of the deterministic (mean or greedy) actions, ``{agent: actions}``, in the outputs of ``act`` in evaluation
+mode. skrl's trainers read ``outputs.get("mean_actions", actions)`` from the top level of the outputs; skrl 2.1.1's
+multi-agents never put it there, so their evaluation silently samples."""
+
+# per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)
+_GROUP_FIELDS = (
+    "learning_epochs",
+    "mini_batches",
+    "discount_factor",
+    "gae_lambda",
+    "learning_rate",
+    "learning_rate_scheduler",
+    "learning_rate_scheduler_kwargs",
+    "observation_preprocessor",
+    "observation_preprocessor_kwargs",
+    "state_preprocessor",
+    "state_preprocessor_kwargs",
+    "value_preprocessor",
+    "value_preprocessor_kwargs",
+    "grad_norm_clip",
+    "ratio_clip",
+    "value_clip",
+    "entropy_loss_scale",
+    "value_loss_scale",
+    "kl_threshold",
+    "time_limit_bootstrap",
+    "huber_delta",
+)
+
+
+def _identity(x, *args, **kwargs):
+    return x
+
+
+@dataclasses.dataclass(eq=False)
+class AgentGroup:
+    """Agents that share one policy and one value model and run as one batch."""
+
+    uids: list[str]
+    """Agent names, in ``possible_agents`` order (the order of the stacked dimension)."""
+    policy: Model
+    value: Model
+    observation_space: gymnasium.Space
+    state_space: gymnasium.Space | None
+    action_space: gymnasium.Space
+    cfg: dict[str, Any]
+    """The group's value of every per-agent config field."""
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any = None
+    observation_preprocessor: Callable = _identity
+    state_preprocessor: Callable = _identity
+    value_preprocessor: Callable = _identity
+    parameters: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)
+    buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    shared_state: bool = False
+    """Whether every agent of the group receives the very same state tensor (stored once, not G times)."""
+    mask_in_observations: bool = False
+    """Whether the action mask is the ``"action_mask"`` entry of a Dict observation space."""
+    masks_seen: bool = False
+    """Whether an action mask has been given to this group's policy (then it is stored and used in the update)."""
+
+    @property
+    def size(self) -> int:
+        return len(self.uids)
+
+    @property
+    def id_size(self) -> int:
+        """Number of one-hot agent-id entries appended to the model inputs (0 when off or for a group of one)."""
+        return self.size if self.cfg["agent_id_input"] and self.size > 1 else 0
+
+
+class OnPolicyAgent(MultiAgent):
+    """Base of :class:`~skrl_marl_ext.MAPPO` and :class:`~skrl_marl_ext.IPPO` (see the module docstring)."""
+
+    cfg_class: type = OnPolicyCfg
+    critic_reads_states: bool = True
+    """What the value model reads under ``inputs["states"]``: the global state (MAPPO) or the agent's own
+    observation (IPPO). The value model also always gets the observations under ``inputs["observations"]``."""
+
+    def __init__(
+        self,
+        *,
+        possible_agents: list[str],
+        models: dict[str, dict[str, Model]],
+        memories: dict[str, Memory] | None = None,
+        observation_spaces: dict[str, gymnasium.Space] | None = None,
+        state_spaces: dict[str, gymnasium.Space] | None = None,
+        action_spaces: dict[str, gymnasium.Space] | None = None,
+        device: str | torch.device | None = None,
+        cfg: OnPolicyCfg | dict | None = None,
+    ) -> None:
+        name = type(self).__name__
+        cfg = build_cfg(self.cfg_class, cfg, owner=name)
+        cfg.validate(owner=name)
+        check_agent_inputs(
+            owner=name,
+            possible_agents=possible_agents,
+            models=models,
+            roles=("policy", "value"),
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces,
+            action_spaces=action_spaces,
+            need_states=self.critic_reads_states,
+        )
+        super().__init__(
+            possible_agents=list(possible_agents),
+            models=models,
+            memories=memories,
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces if state_spaces is not None else {uid: None for uid in possible_agents},
+            action_spaces=action_spaces,
+            device=device,
+            cfg=cfg,
+        )
+        self.cfg: OnPolicyCfg
+        self._device_type = torch.device(self.device).type
+        self._check_memories()
+
+        self.policies = {uid: self.models[uid]["policy"] for uid in self.possible_agents}
+        self.values = {uid: self.models[uid]["value"] for uid in self.possible_agents}
+        self.groups = self._build_groups()
+        self.group_of = {uid: group for group in self.groups for uid in group.uids}
+
+        # one grad scaler for all groups: each group's step is a complete unscale/step/update iteration
+        if version.parse(torch.__version__) >= version.parse("2.4"):
+            self.scaler = torch.amp.GradScaler(device=self._device_type, enabled=self.cfg.mixed_precision)
+        else:  # pragma: no cover - old torch
+            self.scaler = torch.cuda.amp.GradScaler(enabled=self.cfg.mixed_precision)
+
+        for group in self.groups:
+            self._set_up_group(group)
+
+        # models start identical on every rank of a distributed run
+        if distributed.is_distributed():
+            for group in self.groups:
+                for module in {id(m): m for m in (group.policy, group.value)}.values():
+                    distributed.broadcast_state(module)
+
+        self._rollout_step = 0
+        self._next_observations: dict[str, torch.Tensor] | None = None
+        self._next_states: dict[str, torch.Tensor] | None = None
+        self._infos_action_masks: dict[str, torch.Tensor] | None = None
+        self._stacked_sources: dict[int, tuple] = {}
+
+    # ------------------------------------------------------------------ construction
+
+    def _check_memories(self) -> None:
+        """Memories are optional: the rollout lives in one buffer per group. Given ones must fit the rollout."""
+        if not self.memories:
+            self.memories = None
+            return
+        name = type(self).__name__
+        for uid in self.possible_agents:
+            memory = self.memories.get(uid) if isinstance(self.memories, dict) else None
+            if memory is None:
+                raise ValueError(f"{name}: memories has no entry for agent '{uid}'; give one per agent or none at all")
+            if memory.memory_size != self.cfg.rollouts:
+                raise ValueError(
+                    f"{name}: memories['{uid}'].memory_size is {memory.memory_size} but cfg.rollouts is "
+                    f"{self.cfg.rollouts}; an on-policy rollout fills exactly rollouts steps. Create "
+                    f"RandomMemory(memory_size={self.cfg.rollouts}, num_envs=env.num_envs), or pass memories=None"
+                )
+        sizes = {uid: self.memories[uid].num_envs for uid in self.possible_agents}
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"{name}: the memories were created with different num_envs {sizes}; use env.num_envs")
+
+    def _build_groups(self) -> list[AgentGroup]:
+        name = type(self).__name__
+        members: dict[tuple[int, int], list[str]] = {}
+        owner_of: dict[int, tuple[int, int]] = {}
+        for uid in self.possible_agents:
+            policy, value = self.policies[uid], self.values[uid]
+            key = (id(policy), id(value))
+            for role, model in (("policy", policy), ("value", value)):
+                previous = owner_of.setdefault(id(model), key)
+                if previous != key:
+                    other = members[previous][0]
+                    raise ValueError(
+                        f"{name}: agents '{other}' and '{uid}' share the {role} model but not the other one; agents "
+                        "that share models must share both the policy and the value model (or neither)"
+                    )
+            members.setdefault(key, []).append(uid)
+
+        groups = []
+        for uids in members.values():
+            first = uids[0]
+            for uid in uids[1:]:
+                for what, spaces in (
+                    ("observation", self.observation_spaces),
+                    ("action", self.action_spaces),
+                    ("state", self.state_spaces),
+                ):
+                    if spaces[uid] != spaces[first]:
+                        raise ValueError(
+                            f"{name}: agents '{first}' and '{uid}' share their models but have different {what} "
+                            f"spaces ({spaces[first]} vs {spaces[uid]}); shared models need equal spaces"
+                        )
+                for field in _GROUP_FIELDS:
+                    if self.cfg.value_for(field, uid) != self.cfg.value_for(field, first):
+                        raise ValueError(
+                            f"{name}: agents '{first}' and '{uid}' share their models (one optimiser, one loss) but "
+                            f"cfg.{field} differs between them; give them the same value"
+                        )
+            group_cfg = {f.name: self.cfg.value_for(f.name, first) for f in dataclasses.fields(self.cfg)}
+            groups.append(
+                AgentGroup(
+                    uids=uids,
+                    policy=self.policies[first],
+                    value=self.values[first],
+                    observation_space=self.observation_spaces[first],
+                    state_space=self.state_spaces[first],
+                    action_space=self.action_spaces[first],
+                    cfg=group_cfg,
+                )
+            )
+        return groups
+
+    def _make_preprocessor(self, cls: type | None, kwargs: dict, size: Any) -> Callable:
+        if not cls:
+            return _identity
+        kwargs = dict(kwargs or {})
+        try:
+            parameters = inspect.signature(cls).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+            parameters = {}
+        if "size" in parameters and "size" not in kwargs:
+            kwargs["size"] = size
+        if "device" in parameters and "device" not in kwargs:
+            kwargs["device"] = self.device
+        return cls(**kwargs)
+
+    def _set_up_group(self, group: AgentGroup) -> None:
+        name = type(self).__name__
+        cfg = group.cfg
+        policy, value = group.policy, group.value
+        check_policy_family(owner=name, uids=group.uids, policy=policy, action_space=group.action_space)
+        group.mask_in_observations = isinstance(group.observation_space, gymnasium.spaces.Dict) and (
+            ACTION_MASK_KEY in group.observation_space.spaces
+        )
+        if group.mask_in_observations:
+            self._require_masked_policy(group)
+
+        # optimiser: one per group, the policy and the value model as two parameter groups
+        policy_lr, value_lr = cfg["learning_rate"]
+        policy_params = list(policy.parameters())
+        seen = {id(p) for p in policy_params}
+        value_params = [p for p in value.parameters() if id(p) not in seen]  # a model in both roles counts once
+        param_groups = [{"params": policy_params, "lr": policy_lr}]
+        if value_params:
+            param_groups.append({"params": value_params, "lr": value_lr})
+        group.parameters = [p for g in param_groups for p in g["params"]]
+        group.optimizer = torch.optim.Adam(param_groups)
+        if cfg["learning_rate_scheduler"]:
+            group.scheduler = cfg["learning_rate_scheduler"](group.optimizer, **cfg["learning_rate_scheduler_kwargs"])
+
+        group.observation_preprocessor = self._make_preprocessor(
+            cfg["observation_preprocessor"], cfg["observation_preprocessor_kwargs"], group.observation_space
+        )
+        if cfg["state_preprocessor"] and group.state_space is None:
+            raise ValueError(
+                f"{name}: cfg.state_preprocessor is set but agents {group.uids} have no state space; "
+                "pass state_spaces=env.state_spaces or remove the state preprocessor"
+            )
+        group.state_preprocessor = self._make_preprocessor(
+            cfg["state_preprocessor"], cfg["state_preprocessor_kwargs"], group.state_space
+        )
+        group.value_preprocessor = self._make_preprocessor(
+            cfg["value_preprocessor"], cfg["value_preprocessor_kwargs"], 1
+        )
+
+        zeros = self._zero_inputs(group)
+        dry_run(
+            owner=name,
+            uids=group.uids,
+            policy=policy,
+            value=value,
+            policy_inputs=self._policy_inputs(group, *zeros),
+            value_inputs=self._value_inputs(group, *zeros),
+            action_space=group.action_space,
+            device=self.device,
+        )
+
+        for uid in group.uids:
+            modules = self.checkpoint_modules[uid]
+            modules["policy"] = policy
+            modules["value"] = value
+            modules["optimizer"] = group.optimizer
+            if group.scheduler is not None:
+                modules["scheduler"] = group.scheduler
+            for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
+                module = getattr(group, key)
+                if module is not _identity:
+                    modules[key] = module
+            modules["scaler"] = self.scaler
+
+    def _zero_inputs(self, group: AgentGroup, batch: int = 2) -> tuple[torch.Tensor, torch.Tensor | None]:
+        rows = group.size * batch
+        obs = torch.zeros(rows, compute_space_size(group.observation_space, occupied_size=True), device=self.device)
+        states = None
+        if group.state_space is not None:
+            states = torch.zeros(rows, compute_space_size(group.state_space, occupied_size=True), device=self.device)
+        if group.id_size:
+            obs = append_agent_id(obs, group.size)
+            states = append_agent_id(states, group.size) if states is not None else None
+        return obs, states
+
+    def _require_masked_policy(self, group: AgentGroup) -> None:
+        if not isinstance(group.policy, MaskedCategoricalMixin):
+            raise ValueError(
+                f"{type(self).__name__}: agents {group.uids} receive action masks but their policy "
+                f"({type(group.policy).__name__}) ignores them and would sample invalid actions; build the policy "
+                "with skrl_marl_ext.models.MaskedCategoricalMixin instead of CategoricalMixin"
+            )
+
+    # ------------------------------------------------------------------ inputs
+
+    def _policy_inputs(
+        self, group: AgentGroup, observations: torch.Tensor, states: torch.Tensor | None, action_mask=None
+    ) -> dict[str, Any]:
+        inputs = {"observations": observations, "states": states}
+        if action_mask is not None:
+            inputs[ACTION_MASK_KEY] = action_mask
+        return inputs
+
+    def _value_inputs(
+        self, group: AgentGroup, observations: torch.Tensor, states: torch.Tensor | None
+    ) -> dict[str, Any]:
+        return {"observations": observations, "states": states if self.critic_reads_states else observations}
+
+    @staticmethod
+    def _stack(tensors: dict[str, torch.Tensor] | None, uids: list[str], out: torch.Tensor | None = None):
+        """Stack the agents' tensors into ``(G, num_envs, size)``, zeros for agents absent from the dict."""
+        items = [tensors.get(uid) if tensors else None for uid in uids]
+        if out is None:
+            like = next((x for x in items if x is not None), None)
+            if like is None:
+                return None
+            if len(items) == 1:
+                return like.unsqueeze(0)
+            items = [x if x is not None else torch.zeros_like(like) for x in items]
+            return torch.stack(items)
+        if all(x is not None and x.dtype == out.dtype for x in items):
+            return torch.stack(items, out=out)
+        for i, x in enumerate(items):
+            if x is None:
+                out[i].zero_()
+            else:
+                out[i].copy_(x.reshape(out[i].shape))
+        return out
+
+    def _preprocess(self, group: AgentGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
+        """Preprocess stacked raw inputs ``(G, n, size)`` into agent-major model rows ``(G * n, size [+ G])``."""
+        G = group.size
+        obs = group.observation_preprocessor(raw_obs.reshape(-1, raw_obs.shape[-1]))
+        states = None
+        if raw_states is not None:
+            states = group.state_preprocessor(raw_states.reshape(-1, raw_states.shape[-1]))
+            if raw_states.shape[0] != G:  # one state shared by the whole group
+                states = states.unsqueeze(0).expand(G, *states.shape).reshape(-1, states.shape[-1])
+        if group.id_size:
+            obs = append_agent_id(obs, G)
+            states = append_agent_id(states, G) if states is not None else None
+        return obs, states
+
+    def _action_mask(self, group: AgentGroup, raw_obs: torch.Tensor) -> torch.Tensor | None:
+        """Action mask ``(G * n, num_actions)`` from a Dict observation space or from the last step's infos."""
+        if group.mask_in_observations:
+            flat = raw_obs.reshape(-1, raw_obs.shape[-1])
+            return unflatten_tensorized_space(group.observation_space, flat)[ACTION_MASK_KEY].bool()
+        masks = self._infos_action_masks
+        if masks and any(uid in masks for uid in group.uids):
+            if not group.masks_seen:
+                self._require_masked_policy(group)
+                group.masks_seen = True
+            n = raw_obs.shape[1]
+            full = torch.ones(n, group.action_space.n, dtype=torch.bool, device=self.device)
+            return torch.stack([masks.get(uid, full).bool().reshape(n, -1) for uid in group.uids]).reshape(
+                group.size * n, -1
+            )
+        return None
+
+    # ------------------------------------------------------------------ rollout storage
+
+    def _allocate(self, group: AgentGroup, observations, states) -> None:
+        name = type(self).__name__
+        first = next(observations[uid] for uid in group.uids if uid in observations)
+        num_envs = first.shape[0]
+        if self.memories is not None and self.memories[group.uids[0]].num_envs != num_envs:
+            raise ValueError(
+                f"{name}: memories['{group.uids[0]}'] was created with num_envs="
+                f"{self.memories[group.uids[0]].num_envs} but the env gives {num_envs} observations per step; "
+                f"create RandomMemory(memory_size={self.cfg.rollouts}, num_envs=env.num_envs)"
+            )
+        T, G = self.cfg.rollouts, group.size
+        state_tensors = [states.get(uid) for uid in group.uids] if isinstance(states, dict) else []
+        has_states = bool(state_tensors) and state_tensors[0] is not None
+        if self.critic_reads_states and not has_states:
+            raise ValueError(
+                f"{name}: the env gave no states for agents {group.uids} but the centralised critic reads them; "
+                "use an env with a global state (env.state()) or IPPO"
+            )
+        group.shared_state = has_states and all(s is state_tensors[0] for s in state_tensors)
+
+        def size(space):
+            return compute_space_size(space, occupied_size=True)
+
+        specs = {
+            "observations": (G, first.shape[-1], torch.float32),
+            "actions": (G, size(group.action_space), torch.float32),
+            "log_prob": (G, 1, torch.float32),
+            "values": (G, 1, torch.float32),
+            "rewards": (G, 1, torch.float32),
+            "terminated": (G, 1, torch.bool),
+            "truncated": (G, 1, torch.bool),
+            "agent_mask": (G, 1, torch.bool),
+        }
+        if has_states:
+            specs["states"] = (1 if group.shared_state else G, state_tensors[0].shape[-1], torch.float32)
+        if isinstance(group.action_space, gymnasium.spaces.Discrete) and not group.mask_in_observations:
+            specs["action_mask"] = (G, int(group.action_space.n), torch.bool)
+        group.buffers = {
+            key: torch.zeros(T, rows, num_envs, width, dtype=dtype, device=self.device)
+            for key, (rows, width, dtype) in specs.items()
+        }
+
+    def init(self, *, trainer_cfg: Any = None) -> None:
+        """Initialise the agent (skrl's contract; called by the trainers).
+
+        Only rank 0 of a distributed run writes TensorBoard data and checkpoints.
+
+        :param trainer_cfg: Trainer configuration (a dataclass).
+        """
+        if distributed.rank() > 0:
+            self.write_interval = 0
+            self.checkpoint_interval = 0
+        super().init(trainer_cfg=trainer_cfg)
+        self.enable_models_training_mode(False)
+
+    # ------------------------------------------------------------------ skrl lifecycle
+
+    def act(
+        self,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None] | None,
+        *,
+        timestep: int,
+        timesteps: int,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Sample actions for every agent, one forward pass per group.
+
+        :param observations: ``{agent: (num_envs, obs_size)}``; agents absent from the dict get no action.
+        :param states: ``{agent: (num_envs, state_size) or None}`` (skrl's wrappers give one tensor to all agents).
+        :param timestep: Current timestep.
+        :param timesteps: Number of timesteps.
+
+        :return: ``(actions, outputs)``: ``actions[agent]`` of shape ``(num_envs, action_size)``, ``outputs[agent]``
+            the policy's outputs for that agent (``log_prob``, ``mean_actions``, ...). In evaluation mode
+            ``outputs["mean_actions"]`` also holds ``{agent: deterministic actions}`` for skrl's trainers.
+        """
+        actions, outputs = {}, {}
+        greedy = {}
+        with torch.no_grad():
+            for group in self.groups:
+                present = [uid for uid in group.uids if uid in observations]
+                if not present:
+                    continue
+                if self.training and not group.buffers:
+                    self._allocate(group, observations, states)
+                buffers = group.buffers if self.training else {}
+                t = self._rollout_step
+                raw_obs = self._stack(observations, group.uids, buffers["observations"][t] if buffers else None)
+                raw_states = None
+                if isinstance(states, dict):
+                    if group.shared_state and any(states.get(u) is not states[group.uids[0]] for u in group.uids):
+                        raise ValueError(
+                            f"{type(self).__name__}: the env gave agents {group.uids} one shared state tensor at the "
+                            "first step and different ones now; an env must do one or the other"
+                        )
+                    if buffers and "states" in buffers:
+                        raw_states = self._stack(
+                            {group.uids[0]: states[group.uids[0]]} if group.shared_state else states,
+                            group.uids[:1] if group.shared_state else group.uids,
+                            buffers["states"][t],
+                        )
+                    elif not buffers:
+                        raw_states = self._stack(states, group.uids)
+                self._stacked_sources[id(group)] = tuple(observations.get(uid) for uid in group.uids)
+                obs, st = self._preprocess(group, raw_obs, raw_states)
+                action_mask = self._action_mask(group, raw_obs)
+                if buffers and "action_mask" in buffers:
+                    target = buffers["action_mask"][t]
+                    if action_mask is None:
+                        target.fill_(True)
+                    else:
+                        target.copy_(action_mask.view(target.shape))
+
+                with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+                    group_actions, group_outputs = group.policy.act(
+                        self._policy_inputs(group, obs, st, action_mask), role="policy"
+                    )
+                    if buffers:
+                        values, _ = group.value.act(self._value_inputs(group, obs, st), role="value")
+                        values = group.value_preprocessor(values, inverse=True)
+                        buffers["values"][t].copy_(values.view(buffers["values"][t].shape))
+                        buffers["log_prob"][t].copy_(group_outputs["log_prob"].view(buffers["log_prob"][t].shape))
+
+                G, n = group.size, raw_obs.shape[1]
+                if not buffers:
+                    deterministic = self._deterministic_actions(group, group_actions, group_outputs)
+                for i, uid in enumerate(group.uids):
+                    if uid not in observations:
+                        continue
+                    actions[uid] = group_actions.view(G, n, -1)[i]
+                    outputs[uid] = {
+                        k: (v.view(G, n, *v.shape[1:])[i] if torch.is_tensor(v) and v.shape[:1] == (G * n,) else v)
+                        for k, v in group_outputs.items()
+                    }
+                    if not buffers:
+                        greedy[uid] = deterministic.view(G, n, -1)[i]
+        if not self.training:
+            outputs[MEAN_ACTIONS_KEY] = greedy
+        return actions, outputs
+
+    @staticmethod
+    def _deterministic_actions(group: AgentGroup, actions: torch.Tensor, outputs: dict) -> torch.Tensor:
+        if "mean_actions" in outputs:
+            return outputs["mean_actions"]
+        if isinstance(group.policy, CategoricalMixin) and "net_output" in outputs:
+            return outputs["net_output"].argmax(dim=-1, keepdim=True)
+        return actions
+
+    def record_transition(
+        self,
+        *,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None],
+        actions: dict[str, torch.Tensor],
+        rewards: dict[str, torch.Tensor],
+        next_observations: dict[str, torch.Tensor],
+        next_states: dict[str, torch.Tensor],
+        terminated: dict[str, torch.Tensor],
+        truncated: dict[str, torch.Tensor],
+        infos: Any,
+        timestep: int,
+        timesteps: int,
+    ) -> None:
+        """Store one transition of every agent (one stacked write per tensor per group).
+
+        ``infos["agent_mask"]`` and ``infos["action_mask"]`` (``{agent: tensor}``) are read when present; see
+        :data:`AGENT_MASK_KEY` and :class:`~skrl_marl_ext.models.MaskedCategoricalMixin`.
+        """
+        super().record_transition(
+            observations=observations,
+            states=states,
+            actions=actions,
+            rewards=rewards,
+            next_observations=next_observations,
+            next_states=next_states,
+            terminated=terminated,
+            truncated=truncated,
+            infos=infos,
+            timestep=timestep,
+            timesteps=timesteps,
+        )
+        infos = infos if isinstance(infos, dict) else {}
+        action_masks = infos.get(ACTION_MASK_KEY)
+        self._infos_action_masks = action_masks if isinstance(action_masks, dict) else None
+        if not self.training:
+            return
+        self._next_observations, self._next_states = next_observations, next_states
+        agent_masks = infos.get(AGENT_MASK_KEY)
+        agent_masks = agent_masks if isinstance(agent_masks, dict) else {}
+        t = self._rollout_step
+        for group in self.groups:
+            if not group.buffers:
+                continue
+            buffers = group.buffers
+            # act() stacked the observations into the buffer already; restack only if these are other tensors
+            cached = self._stacked_sources.get(id(group), ())
+            if len(cached) != group.size or any(
+                observations.get(uid) is not x for uid, x in zip(group.uids, cached, strict=True)
+            ):
+                self._stack(observations, group.uids, buffers["observations"][t])
+            self._stack(actions, group.uids, buffers["actions"][t])
+            self._stack(rewards, group.uids, buffers["rewards"][t])
+            if self.cfg.rewards_shaper is not None:
+                buffers["rewards"][t] = self.cfg.rewards_shaper(buffers["rewards"][t], timestep, timesteps)
+            self._stack(terminated, group.uids, buffers["terminated"][t])
+            self._stack(truncated, group.uids, buffers["truncated"][t])
+            mask = buffers["agent_mask"][t]
+            if any(uid not in observations for uid in group.uids) or any(uid in agent_masks for uid in group.uids):
+                for i, uid in enumerate(group.uids):
+                    if uid not in observations:
+                        mask[i].fill_(False)
+                    elif uid in agent_masks:
+                        mask[i].copy_(agent_masks[uid].reshape(mask[i].shape))
+                    else:
+                        mask[i].fill_(True)
+            else:
+                mask.fill_(True)
+
+    def pre_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Nothing to do before the environment step."""
+
+    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Advance the rollout; at its end update every group. Then skrl's tracking and checkpoints."""
+        if self.training:
+            self._rollout_step += 1
+            if self._rollout_step == self.cfg.rollouts:
+                self._rollout_step = 0
+                with ScopedTimer() as timer:
+                    self.enable_models_training_mode(True)
+                    for group in self.groups:
+                        self._update_group(group, timestep=timestep, timesteps=timesteps)
+                    self.enable_models_training_mode(False)
+                self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
+        super().post_interaction(timestep=timestep, timesteps=timesteps)
+
+    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+        """Update the group that agent ``uid`` belongs to (skrl's per-agent entry point).
+
+        The agent calls this itself at the end of each rollout; agents of one group are updated together.
+        """
+        self._update_group(self.group_of[uid], timestep=timestep, timesteps=timesteps)
+
+    # ------------------------------------------------------------------ update
+
+    def _check_finite(self, group: AgentGroup) -> None:
+        """Refuse to learn from NaN/inf rewards or inputs (one host sync per update)."""
+        b = group.buffers
+        bad = {
+            key: ~torch.isfinite(b[key]).flatten(2).all(dim=2)  # (T, G_or_1)
+            for key in ("rewards", "observations", "states")
+            if key in b
+        }
+        flags = torch.stack([v.any() for v in bad.values()])
+        if not bool(flags.any()):
+            return
+        for key, mask in bad.items():
+            if mask.any():
+                step, row = (int(i) for i in mask.nonzero()[0])
+                who = "all agents" if key == "states" and group.shared_state else f"agent '{group.uids[row]}'"
+                raise ValueError(
+                    f"{type(self).__name__}: non-finite {key} (NaN or inf) for {who} at step {step} of the rollout; "
+                    "refusing to learn from them. Fix the env or shape the rewards with cfg.rewards_shaper"
+                )
+
+    def _update_group(self, group: AgentGroup, *, timestep: int, timesteps: int) -> None:
+        cfg, b = group.cfg, group.buffers
+        policy, value = group.policy, group.value
+        T, G, N = b["rewards"].shape[:3]
+        self._check_finite(group)
+
+        # value of the observation after the last step, for the bootstrap
+        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            raw_obs = self._stack(self._next_observations, group.uids)
+            raw_states = None
+            if "states" in b:
+                raw_states = self._stack(self._next_states, group.uids[:1] if group.shared_state else group.uids)
+            obs, st = self._preprocess(group, raw_obs, raw_states)
+            value.enable_training_mode(False)
+            last_values, _ = value.act(self._value_inputs(group, obs, st), role="value")
+            value.enable_training_mode(True)
+            last_values = group.value_preprocessor(last_values, inverse=True).float().view(1, G, N, 1)
+
+        mask = b["agent_mask"]
+        values = b["values"]
+        advantages, returns = compute_gae(
+            rewards=b["rewards"],
+            values=values,
+            next_values=torch.cat([values[1:], last_values]),
+            terminated=b["terminated"],
+            truncated=b["truncated"],
+            discount_factor=cfg["discount_factor"],
+            lambda_coefficient=cfg["gae_lambda"],
+            time_limit_bootstrap=cfg["time_limit_bootstrap"],
+        )
+        # per-agent standardisation over (step, env), unmasked samples only
+        advantages = normalize_advantages(advantages, mask, dim=(0, 2, 3))
+        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
+
+        # statistics: once per update, from the unmasked samples, the same on every rank
+        if group.value_preprocessor is not _identity:
+            update_statistics(group.value_preprocessor, returns, mask)
+            returns = group.value_preprocessor(returns)
+            values = group.value_preprocessor(values)
+        if group.observation_preprocessor is not _identity:
+            update_statistics(group.observation_preprocessor, b["observations"], mask)
+        if "states" in b and group.state_preprocessor is not _identity:
+            state_mask = mask.any(dim=1, keepdim=True) if group.shared_state else mask
+            update_statistics(group.state_preprocessor, b["states"], state_mask)
+
+        # the whole rollout, preprocessed once, as (G, T * N, size); then mini-batches index dim 1
+        def per_agent(x: torch.Tensor) -> torch.Tensor:
+            return x.transpose(0, 1).reshape(x.shape[1], T * N, x.shape[-1])
+
+        with torch.no_grad():
+            obs, st = self._preprocess(
+                group,
+                per_agent(b["observations"]),
+                per_agent(b["states"]) if "states" in b else None,
+            )
+        data = {
+            "observations": obs.view(G, T * N, -1),
+            "states": st.view(G, T * N, -1) if st is not None else None,
+            "actions": per_agent(b["actions"]),
+            "log_prob": per_agent(b["log_prob"]),
+            "values": per_agent(values),
+            "returns": per_agent(returns),
+            "advantages": per_agent(advantages),
+            "mask": per_agent(mask),
+        }
+        if group.mask_in_observations:
+            flat_obs = per_agent(b["observations"]).reshape(G * T * N, -1)
+            data["action_mask"] = unflatten_tensorized_space(group.observation_space, flat_obs)[ACTION_MASK_KEY]
+            data["action_mask"] = data["action_mask"].bool().view(G, T * N, -1)
+        elif group.masks_seen:
+            data["action_mask"] = per_agent(b["action_mask"])
+
+        sums = torch.zeros(6, G, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
+        kl_threshold = cfg["kl_threshold"]
+        updates = 0
+        stop = False
+        for _ in range(cfg["learning_epochs"]):
+            epoch_kl = []
+            for indexes in torch.randperm(T * N, device=self.device).chunk(cfg["mini_batches"]):
+                batch = {k: (v[:, indexes] if v is not None else None) for k, v in data.items()}
+                B = indexes.shape[0]
+
+                def rows(x, n=G * B):
+                    return x.reshape(n, x.shape[-1]) if x is not None else None
+
+                m = batch["mask"]
+                with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+                    inputs = self._policy_inputs(
+                        group, rows(batch["observations"]), rows(batch["states"]), rows(batch.get("action_mask"))
+                    )
+                    inputs["taken_actions"] = rows(batch["actions"])
+                    _, outputs = policy.act(inputs, role="policy")
+                    log_prob = outputs["log_prob"].float().view(G, B, 1)
+
+                    with torch.no_grad():
+                        kl_elements = approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"])
+                        kl = masked_mean(kl_elements, m, dim=(1, 2))
+                        group_kl = masked_mean(kl_elements, m)
+                        epoch_kl.append(group_kl)
+                    # early stopping: the rank-mean KL of this mini-batch, before its step (one sync, only when on)
+                    if kl_threshold and bool(distributed.all_reduce_mean_(group_kl.clone()) > kl_threshold):
+                        stop = True
+                        break
+
+                    surrogate = clipped_surrogate_loss(
+                        log_prob=log_prob,
+                        old_log_prob=batch["log_prob"],
+                        advantages=batch["advantages"],
+                        ratio_clip=cfg["ratio_clip"],
+                    )
+                    entropy = policy.get_entropy(role="policy").float().view(G, B, 1)
+                    predicted, _ = value.act(
+                        self._value_inputs(group, rows(batch["observations"]), rows(batch["states"])), role="value"
+                    )
+                    critic = value_loss(
+                        predicted_values=predicted.float().view(G, B, 1),
+                        old_values=batch["values"],
+                        returns=batch["returns"],
+                        value_clip=cfg["value_clip"],
+                        huber_delta=cfg["huber_delta"],
+                    )
+                    policy_loss = masked_mean(surrogate, m)
+                    value_loss_ = cfg["value_loss_scale"] * masked_mean(critic, m)
+                    entropy_loss = -cfg["entropy_loss_scale"] * masked_mean(entropy, m)
+                    loss = policy_loss + value_loss_ + entropy_loss
+
+                group.optimizer.zero_grad(set_to_none=True)
+                self.scaler.scale(loss).backward()
+                distributed.all_reduce_gradients_(group.parameters)
+                if cfg["grad_norm_clip"] > 0:
+                    self.scaler.unscale_(group.optimizer)
+                    torch.nn.utils.clip_grad_norm_(group.parameters, cfg["grad_norm_clip"])
+                self.scaler.step(group.optimizer)
+                self.scaler.update()
+
+                with torch.no_grad():
+                    distribution = policy.distribution(role="policy")
+                    std = (
+                        distribution.stddev.float().view(G, B, -1).mean(dim=(1, 2))
+                        if isinstance(distribution, torch.distributions.Normal)
+                        else torch.zeros(G, device=self.device)
+                    )
+                    sums += torch.stack(
+                        [
+                            masked_mean(surrogate, m, dim=(1, 2)),
+                            cfg["value_loss_scale"] * masked_mean(critic, m, dim=(1, 2)),
+                            -cfg["entropy_loss_scale"] * masked_mean(entropy, m, dim=(1, 2)),
+                            kl,
+                            masked_mean(
+                                clip_fraction(
+                                    log_prob=log_prob, old_log_prob=batch["log_prob"], ratio_clip=cfg["ratio_clip"]
+                                ),
+                                m,
+                                dim=(1, 2),
+                            ),
+                            std,
+                        ]
+                    ).detach()
+                updates += 1
+
+            if group.scheduler is not None:
+                if isinstance(group.scheduler, KLAdaptiveLR):
+                    mean_kl = distributed.all_reduce_mean_(torch.stack(epoch_kl).mean()) if epoch_kl else None
+                    group.scheduler.step(mean_kl.item() if mean_kl is not None else None)
+                else:
+                    group.scheduler.step()
+            if stop:
+                break
+
+        # tracking: one host read per update
+        stats = (sums / max(updates, 1)).tolist()
+        explained = explained.tolist()
+        learning_rate = group.optimizer.param_groups[0]["lr"]
+        for i, uid in enumerate(group.uids):
+            self.track_data(f"Loss / Policy loss ({uid})", stats[0][i])
+            self.track_data(f"Loss / Value loss ({uid})", stats[1][i])
+            if cfg["entropy_loss_scale"]:
+                self.track_data(f"Loss / Entropy loss ({uid})", stats[2][i])
+            self.track_data(f"Policy / Approx KL ({uid})", stats[3][i])
+            self.track_data(f"Policy / Clip fraction ({uid})", stats[4][i])
+            if isinstance(policy.distribution(role="policy"), torch.distributions.Normal):
+                self.track_data(f"Policy / Standard deviation ({uid})", stats[5][i])
+            self.track_data(f"Value / Explained variance ({uid})", explained[i])
+            self.track_data(f"Learning / Learning rate ({uid})", learning_rate)
+        self.track_data("Learning / Updates per rollout", updates)

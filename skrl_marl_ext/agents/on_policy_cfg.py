@@ -1,0 +1,159 @@
+"""Configuration of the on-policy agents (MAPPO and IPPO): a superset of skrl 2.x's ``MAPPO_CFG``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import ClassVar
+
+from skrl_marl_ext.agents.config import MarlCfg, check_range
+
+
+@dataclasses.dataclass(kw_only=True)
+class OnPolicyCfg(MarlCfg):
+    """Configuration shared by :class:`~skrl_marl_ext.MAPPO` and :class:`~skrl_marl_ext.IPPO`.
+
+    Every field of skrl's ``MAPPO_CFG`` keeps its name and meaning; the defaults are skrl's, so a script written for
+    skrl's MAPPO behaves the same unless it opts into the new fields. Where the behaviour differs from skrl it is
+    because skrl's is a defect (see each field). Fields marked *per agent* take one value or a dict naming every
+    agent; agents that share models (a group) must be given the same value.
+    """
+
+    shared_fields: ClassVar[tuple[str, ...]] = (
+        "experiment",
+        "rollouts",
+        "rewards_shaper",
+        "mixed_precision",
+        "agent_id_input",
+    )
+
+    rollouts: int = 16
+    """Number of environment steps collected between updates (one value for all agents)."""
+
+    learning_epochs: int | dict[str, int] = 8
+    """Number of passes over the rollout per update (per agent)."""
+
+    mini_batches: int | dict[str, int] = 2
+    """Number of mini-batches the rollout is split into per epoch (per agent).
+
+    A mini-batch holds the same ``rollouts * num_envs / mini_batches`` (step, env) samples for every agent of a group.
+    """
+
+    discount_factor: float | dict[str, float] = 0.99
+    """Discount factor ``gamma`` in ``[0, 1]`` (per agent)."""
+
+    gae_lambda: float | dict[str, float] = 0.95
+    """GAE ``lambda`` in ``[0, 1]`` (per agent)."""
+
+    learning_rate: float | tuple[float, float] | dict[str, float | tuple[float, float]] = 1e-3
+    """Learning rate (per agent). A pair ``(policy_lr, value_lr)`` gives the policy and the value model their own rate
+    (two parameter groups of one optimiser; skrl 2.1.1 silently uses the first for both)."""
+
+    learning_rate_scheduler: type | tuple[type | None, type | None] | None | dict = None
+    """Learning rate scheduler class (per agent), e.g. skrl's ``KLAdaptiveLR`` or any ``torch.optim.lr_scheduler``
+    class, stepped once per learning epoch (as skrl does). ``KLAdaptiveLR`` receives the epoch's mean approximate KL,
+    averaged over ranks. A pair is accepted for skrl compatibility when both entries are the same class or the second
+    is None (one optimiser per group serves both models)."""
+
+    learning_rate_scheduler_kwargs: dict | tuple[dict, dict] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the scheduler (without ``optimizer``), or a per-agent dict of them."""
+
+    observation_preprocessor: type | None | dict = None
+    """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``. Its statistics are
+    updated once per update from the unmasked samples of the rollout, summed over ranks."""
+
+    observation_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the observation preprocessor; ``size`` and ``device`` are filled in when missing."""
+
+    state_preprocessor: type | None | dict = None
+    """Preprocessor class for states (per agent), updated like the observation preprocessor."""
+
+    state_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the state preprocessor; ``size`` and ``device`` are filled in when missing."""
+
+    value_preprocessor: type | None | dict = None
+    """Preprocessor class for value targets (per agent): :class:`~skrl_marl_ext.preprocessors.ValueNorm` (the MAPPO
+    paper's value normalisation) or skrl's ``RunningStandardScaler``. The critic learns normalised values; GAE runs
+    in the original scale. Its statistics are updated once per update with the unmasked returns only (skrl 2.1.1
+    updates them twice, with the old values and then the returns)."""
+
+    value_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the value preprocessor; ``size`` (1) and ``device`` are filled in when missing."""
+
+    grad_norm_clip: float | dict[str, float] = 0.5
+    """Maximum global norm of a group's gradients (per agent); ``<= 0`` disables clipping. Gradients are unscaled
+    (mixed precision) and averaged over ranks before clipping."""
+
+    ratio_clip: float | dict[str, float] = 0.2
+    """Clipping coefficient of the surrogate objective (per agent)."""
+
+    value_clip: float | dict[str, float] = 0.2
+    """Value clipping range (per agent); ``<= 0`` disables it. The MAPPO paper's form is used: the loss is the *max*
+    of the clipped and unclipped errors (skrl 2.1.1 takes only the clipped one, which can lower the loss)."""
+
+    entropy_loss_scale: float | dict[str, float] = 0.0
+    """Entropy bonus coefficient (per agent)."""
+
+    value_loss_scale: float | dict[str, float] = 2.5
+    """Value loss coefficient (per agent); the value loss is a squared error (no 1/2), as in skrl."""
+
+    kl_threshold: float | dict[str, float] = 0.0
+    """Early stopping (per agent): when a mini-batch's approximate KL (averaged over ranks) exceeds this, the rest of
+    the update is skipped, all remaining epochs included. ``0`` disables it (and its one host sync per mini-batch)."""
+
+    time_limit_bootstrap: bool | dict[str, bool] = False
+    """At truncated steps, keep the bootstrap ``gamma * V(next observation)`` (per agent). The recursion is cut at
+    truncation either way, so no advantage leaks into the next episode (skrl 2.1.1 lets it leak when this is off)."""
+
+    rewards_shaper: Callable | None = None
+    """Function ``(rewards, timestep, timesteps) -> rewards`` applied before storage. It receives one group's rewards
+    stacked, shape ``(num_agents_in_group, num_envs, 1)``; element-wise shapers behave as in skrl."""
+
+    mixed_precision: bool = False
+    """Run forward passes under ``torch.autocast`` (bf16 on CPU, fp16 on CUDA) with a ``GradScaler``."""
+
+    huber_delta: float | dict[str, float] = 0.0
+    """Huber threshold of the value loss (per agent); ``0`` keeps skrl's squared error. The Huber loss is scaled to
+    equal the squared error inside ``[-delta, delta]``. The MAPPO paper uses Huber with ``delta=10``."""
+
+    agent_id_input: bool = False
+    """Append a one-hot agent id (position in the group) to the inputs of models shared by several agents: to the
+    preprocessed observations, and to the states the critic reads. Size the models with
+    :func:`skrl_marl_ext.models.agent_id_space`. Has no effect on agents with their own models."""
+
+    def _normalize_expanded(self, possible_agents: list[str]) -> None:
+        for uid in possible_agents:
+            if not isinstance(self.learning_rate[uid], (tuple, list)):
+                self.learning_rate[uid] = (self.learning_rate[uid], self.learning_rate[uid])
+            scheduler = self.learning_rate_scheduler[uid]
+            if isinstance(scheduler, (tuple, list)):
+                first, second = (tuple(scheduler) + (None, None))[:2]
+                if second is not None and second is not first:
+                    raise ValueError(
+                        "cfg.learning_rate_scheduler: a pair of different schedulers is not supported (one optimiser "
+                        "updates both models of a group); give one scheduler class"
+                    )
+                self.learning_rate_scheduler[uid] = first
+            kwargs = self.learning_rate_scheduler_kwargs[uid]
+            if isinstance(kwargs, (tuple, list)):
+                self.learning_rate_scheduler_kwargs[uid] = dict(kwargs[0]) if kwargs else {}
+
+    def validate(self, *, owner: str = "agent") -> bool:
+        """Check the value ranges; raise a ValueError naming the field and the accepted range."""
+        if isinstance(self.rollouts, bool) or not isinstance(self.rollouts, int) or self.rollouts < 1:
+            raise ValueError(f"{owner}: cfg.rollouts must be a positive integer, got {self.rollouts!r}")
+        for name in ("learning_epochs", "mini_batches"):
+            values = getattr(self, name)
+            for v in values.values() if isinstance(values, dict) else [values]:
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ValueError(f"{owner}: cfg.{name} must be a positive integer, got {v!r}")
+        check_range(owner, "discount_factor", self.discount_factor, low=0.0, high=1.0)
+        check_range(owner, "gae_lambda", self.gae_lambda, low=0.0, high=1.0)
+        check_range(owner, "learning_rate", self.learning_rate, low=0.0, low_open=True)
+        check_range(owner, "ratio_clip", self.ratio_clip, low=0.0, low_open=True)
+        for name in ("grad_norm_clip", "value_clip", "kl_threshold", "huber_delta", "value_loss_scale"):
+            check_range(owner, name, getattr(self, name), low=0.0)
+        check_range(owner, "entropy_loss_scale", self.entropy_loss_scale)
+        if self.rewards_shaper is not None and not callable(self.rewards_shaper):
+            raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")
+        return True

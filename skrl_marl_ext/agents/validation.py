@@ -1,0 +1,192 @@
+"""Construction-time checks shared by the agents: bad input is refused with the argument and the fix named."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import torch
+from skrl.models.torch import (
+    CategoricalMixin,
+    DeterministicMixin,
+    GaussianMixin,
+    Model,
+    MultiCategoricalMixin,
+    MultivariateGaussianMixin,
+)
+from skrl.utils.spaces.torch import compute_space_size
+
+RESERVED_AGENT_NAMES = ("mean_actions",)
+
+
+def _check_space_dict(owner: str, name: str, spaces: Any, possible_agents: list[str], *, allow_none=False) -> None:
+    if not isinstance(spaces, dict):
+        raise ValueError(f"{owner}: {name} must be a dict {{agent: gymnasium space}}, e.g. {name}=env.{name}")
+    for uid in possible_agents:
+        space = spaces.get(uid)
+        if space is None and allow_none:
+            continue
+        if not isinstance(space, gymnasium.Space):
+            raise ValueError(
+                f"{owner}: {name}['{uid}'] is {space!r}, not a gymnasium space; pass {name}=env.{name} "
+                "(skrl's wrappers convert gym spaces to gymnasium ones)"
+            )
+
+
+def check_agent_inputs(
+    *,
+    owner: str,
+    possible_agents: Any,
+    models: Any,
+    roles: tuple[str, ...],
+    observation_spaces: Any,
+    state_spaces: Any,
+    action_spaces: Any,
+    need_states: bool,
+) -> None:
+    """Check the constructor arguments every agent takes; raise a ValueError that names the argument and the fix.
+
+    :param owner: Agent class name, for the messages.
+    :param possible_agents: Agent names.
+    :param models: ``{agent: {role: Model}}``.
+    :param roles: Roles every agent's models dict must hold.
+    :param observation_spaces: ``{agent: space}``.
+    :param state_spaces: ``{agent: space}`` or None.
+    :param action_spaces: ``{agent: space}``.
+    :param need_states: Whether the agent cannot work without state spaces (a centralised critic).
+    """
+    if isinstance(possible_agents, str) or not isinstance(possible_agents, (list, tuple)) or not possible_agents:
+        raise ValueError(f"{owner}: possible_agents must be a non-empty list of agent names, e.g. env.possible_agents")
+    if len(set(possible_agents)) != len(possible_agents):
+        raise ValueError(f"{owner}: possible_agents has repeated names: {list(possible_agents)}")
+    for uid in possible_agents:
+        if not isinstance(uid, str):
+            raise ValueError(f"{owner}: agent names must be strings, got {uid!r} in possible_agents")
+        if uid in RESERVED_AGENT_NAMES:
+            raise ValueError(f"{owner}: '{uid}' is reserved in the outputs of act(); rename that agent")
+
+    if not isinstance(models, dict):
+        raise ValueError(f"{owner}: models must be a dict {{agent: {{role: Model}}}} with roles {list(roles)}")
+    unknown = sorted(set(models) - set(possible_agents))
+    if unknown:
+        raise ValueError(f"{owner}: models has entries for {unknown}, which are not in possible_agents")
+    for uid in possible_agents:
+        if uid not in models or not isinstance(models[uid], dict):
+            raise ValueError(
+                f"{owner}: agent '{uid}' is in possible_agents but has no models; give models['{uid}'] = "
+                f"{{{', '.join(repr(r) + ': ...' for r in roles)}}}"
+            )
+        for role in roles:
+            model = models[uid].get(role)
+            if model is None:
+                raise ValueError(
+                    f"{owner}: models['{uid}'] has no '{role}' model; {owner} needs models[agent] = "
+                    f"{{{', '.join(repr(r) + ': ...' for r in roles)}}}"
+                )
+            if not isinstance(model, Model):
+                raise ValueError(
+                    f"{owner}: models['{uid}']['{role}'] is a {type(model).__name__}, not a skrl Model "
+                    "(subclass skrl.models.torch.Model with a mixin such as GaussianMixin)"
+                )
+
+    _check_space_dict(owner, "observation_spaces", observation_spaces, possible_agents)
+    _check_space_dict(owner, "action_spaces", action_spaces, possible_agents)
+    for uid in possible_agents:
+        space = action_spaces[uid]
+        if not isinstance(space, (gymnasium.spaces.Box, gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete)):
+            raise ValueError(
+                f"{owner}: action_spaces['{uid}'] is {space}; supported action spaces are Box, Discrete and "
+                "MultiDiscrete"
+            )
+    if need_states:
+        missing = [
+            uid for uid in possible_agents if not isinstance(state_spaces, dict) or state_spaces.get(uid) is None
+        ]
+        if missing:
+            raise ValueError(
+                f"{owner} needs state_spaces for its centralised critic (missing for {missing}); "
+                "pass state_spaces=env.state_spaces, or use IPPO, whose critic reads observations"
+            )
+    if state_spaces is not None:
+        _check_space_dict(owner, "state_spaces", state_spaces, possible_agents, allow_none=True)
+
+
+def check_policy_family(*, owner: str, uids: list[str], policy: Model, action_space: gymnasium.Space) -> None:
+    """Refuse a stochastic policy whose distribution does not fit the action space."""
+    continuous = (GaussianMixin, MultivariateGaussianMixin)
+    if isinstance(action_space, gymnasium.spaces.Discrete) and isinstance(policy, continuous + (DeterministicMixin,)):
+        raise ValueError(
+            f"{owner}: the policy of agents {uids} is a {type(policy).__name__} (continuous actions) but their action "
+            f"space is {action_space}; use CategoricalMixin (or skrl_marl_ext.models.MaskedCategoricalMixin)"
+        )
+    if isinstance(action_space, gymnasium.spaces.Box) and isinstance(policy, (CategoricalMixin, MultiCategoricalMixin)):
+        raise ValueError(
+            f"{owner}: the policy of agents {uids} is a {type(policy).__name__} (discrete actions) but their action "
+            f"space is {action_space}; use GaussianMixin for Box actions"
+        )
+    if isinstance(action_space, gymnasium.spaces.MultiDiscrete) and not isinstance(policy, MultiCategoricalMixin):
+        raise ValueError(
+            f"{owner}: agents {uids} have a MultiDiscrete action space; their policy must be a MultiCategoricalMixin"
+        )
+
+
+def _shapes(inputs: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {tuple(v.shape)}" for k, v in inputs.items() if torch.is_tensor(v))
+
+
+def dry_run(
+    *,
+    owner: str,
+    uids: list[str],
+    policy: Model,
+    value: Model | None,
+    policy_inputs: dict[str, Any],
+    value_inputs: dict[str, Any] | None,
+    action_space: gymnasium.Space,
+    device: torch.device,
+    value_width: int = 1,
+    value_role: str = "value",
+) -> None:
+    """Run the models once on zeros of the shapes the agent will feed them, and check what comes back.
+
+    The RNG state is restored afterwards, so the check does not change a seeded run.
+
+    :raises ValueError: Naming the agents, the model, the input shapes and the expected output shape.
+    """
+    rows = next(v for v in policy_inputs.values() if torch.is_tensor(v)).shape[0]
+    action_size = compute_space_size(action_space, occupied_size=True)
+    devices = [device] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        try:
+            actions, outputs = policy.act(policy_inputs, role="policy")
+        except Exception as e:  # the user's model failed: say on what
+            raise ValueError(
+                f"{owner}: the policy of agents {uids} failed on inputs of the env's spaces ({_shapes(policy_inputs)}):"
+                f" {type(e).__name__}: {e}. Size the model from observation_spaces/state_spaces"
+                " (and skrl_marl_ext.models.agent_id_space when cfg.agent_id_input is on)"
+            ) from e
+        if tuple(actions.shape) != (rows, action_size):
+            raise ValueError(
+                f"{owner}: the policy of agents {uids} returns actions of shape {tuple(actions.shape)} for inputs "
+                f"({_shapes(policy_inputs)}), but the action space {action_space} needs ({rows}, {action_size}); "
+                "size the policy's output from action_spaces"
+            )
+        if "log_prob" in outputs and tuple(outputs["log_prob"].shape) != (rows, 1):
+            raise ValueError(
+                f"{owner}: the policy of agents {uids} returns log_prob of shape {tuple(outputs['log_prob'].shape)}, "
+                f"expected ({rows}, 1); keep the mixin's default reduction='sum'"
+            )
+        if value is None:
+            return
+        try:
+            values, _ = value.act(value_inputs, role=value_role)
+        except Exception as e:
+            raise ValueError(
+                f"{owner}: the {value_role} model of agents {uids} failed on its inputs ({_shapes(value_inputs)}): "
+                f"{type(e).__name__}: {e}. Size the model from the spaces it reads"
+            ) from e
+        if tuple(values.shape) != (rows, value_width):
+            raise ValueError(
+                f"{owner}: the {value_role} model of agents {uids} returns shape {tuple(values.shape)} for inputs "
+                f"({_shapes(value_inputs)}); expected ({rows}, {value_width})"
+            )

@@ -1,0 +1,179 @@
+"""PPO loss terms, written one term at a time (Schulman et al. 2017, https://arxiv.org/abs/1707.06347),
+with the value-learning options of the MAPPO paper (Yu et al. 2022, https://arxiv.org/abs/2103.01955).
+
+Every function returns the *element-wise* term (no reduction) so that the caller decides how to average:
+over the samples of one agent, of a group, with or without agent masks (:func:`masked_mean`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None) -> torch.Tensor:
+    """Mean of ``x`` over the entries where ``mask`` is true (all entries when ``mask`` is None).
+
+    :param x: Values, any shape.
+    :param mask: Boolean or 0/1 mask broadcastable to ``x``, or None.
+    :param dim: Dimension(s) to reduce; None reduces all.
+
+    :return: The masked mean. Where a slice has no unmasked entry the result is 0 (not NaN).
+    """
+    if mask is None:
+        return x.mean() if dim is None else x.mean(dim=dim)
+    mask = mask.to(x.dtype).expand_as(x)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return (x * mask).sum(dim=dim) / mask.sum(dim=dim).clamp(min=1.0)
+
+
+def masked_mean_var(
+    x: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (biased) variance of ``x`` over the unmasked entries.
+
+    :param x: Values, any shape.
+    :param mask: Boolean or 0/1 mask broadcastable to ``x``, or None.
+    :param dim: Dimension(s) to reduce; None reduces all.
+
+    :return: ``(mean, var)`` with the reduced shape.
+    """
+    mean = masked_mean(x, mask, dim=dim)
+    centred = x - (mean if dim is None else _keep(mean, x, dim))
+    return mean, masked_mean(centred * centred, mask, dim=dim)
+
+
+def _keep(reduced: torch.Tensor, like: torch.Tensor, dim) -> torch.Tensor:
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    shape = list(like.shape)
+    for d in dims:
+        shape[d] = 1
+    return reduced.reshape(shape)
+
+
+def normalize_advantages(
+    advantages: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None, epsilon: float = 1e-8
+) -> torch.Tensor:
+    """Standardise advantages to zero mean and unit variance over the unmasked entries.
+
+    :param advantages: Advantages, any shape.
+    :param mask: Boolean or 0/1 mask broadcastable to ``advantages``, or None.
+    :param dim: Dimension(s) the statistics are taken over; None takes them over all entries.
+    :param epsilon: Added to the standard deviation.
+
+    :return: Standardised advantages, same shape (masked entries are standardised too; they are never used).
+    """
+    mean, var = masked_mean_var(advantages, mask, dim=dim)
+    if dim is not None:
+        mean, var = _keep(mean, advantages, dim), _keep(var, advantages, dim)
+    return (advantages - mean) / (var.sqrt() + epsilon)
+
+
+def clipped_surrogate_loss(
+    *, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, ratio_clip: float
+) -> torch.Tensor:
+    """Negative clipped surrogate objective of PPO, element-wise.
+
+    ``-min(r * A, clip(r, 1 - eps, 1 + eps) * A)`` with ``r = exp(log_prob - old_log_prob)``.
+
+    :param log_prob: Log-probability of the taken actions under the current policy, shape ``(..., 1)``.
+    :param old_log_prob: Log-probability when the actions were taken, shape ``(..., 1)``.
+    :param advantages: Advantages, shape ``(..., 1)``.
+    :param ratio_clip: Clipping coefficient ``eps``.
+
+    :return: The loss term, shape ``(..., 1)``.
+    """
+    ratio = torch.exp(log_prob - old_log_prob)
+    surrogate = ratio * advantages
+    surrogate_clipped = torch.clamp(ratio, 1.0 - ratio_clip, 1.0 + ratio_clip) * advantages
+    return -torch.min(surrogate, surrogate_clipped)
+
+
+def squared_or_huber_error(error: torch.Tensor, huber_delta: float = 0.0) -> torch.Tensor:
+    """Element-wise ``error ** 2``, or a Huber loss when ``huber_delta > 0``.
+
+    The Huber loss is scaled so that it *equals* the squared error inside ``[-delta, delta]``
+    (``e ** 2`` there, ``2 * delta * (|e| - delta / 2)`` beyond), so turning it on changes only how
+    large errors are weighted, not the meaning of ``value_loss_scale``.
+
+    :param error: Errors, any shape.
+    :param huber_delta: Huber threshold; ``<= 0`` gives the squared error.
+
+    :return: The loss term, same shape.
+    """
+    if huber_delta > 0:
+        abs_error = error.abs()
+        quadratic = torch.clamp(abs_error, max=huber_delta)
+        linear = abs_error - quadratic
+        return quadratic * quadratic + 2.0 * huber_delta * linear
+    return error * error
+
+
+def value_loss(
+    *,
+    predicted_values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    value_clip: float = 0.0,
+    huber_delta: float = 0.0,
+) -> torch.Tensor:
+    """Value loss, element-wise, with the MAPPO paper's clipping.
+
+    Without clipping: ``l(returns - V)``. With ``value_clip > 0``:
+    ``max(l(returns - V), l(returns - V_clipped))`` where
+    ``V_clipped = V_old + clip(V - V_old, -value_clip, value_clip)`` (the paper's form, which never lets clipping
+    *lower* the loss), ``l`` being the squared or Huber error of :func:`squared_or_huber_error`.
+
+    :param predicted_values: Values predicted by the current critic, shape ``(..., 1)``.
+    :param old_values: Values predicted when the rollout was collected, shape ``(..., 1)``.
+    :param returns: Value targets, shape ``(..., 1)``.
+    :param value_clip: Clipping range; ``<= 0`` disables clipping.
+    :param huber_delta: Huber threshold; ``<= 0`` gives the squared error.
+
+    :return: The loss term, shape ``(..., 1)``.
+    """
+    loss = squared_or_huber_error(returns - predicted_values, huber_delta)
+    if value_clip > 0:
+        clipped = old_values + torch.clamp(predicted_values - old_values, -value_clip, value_clip)
+        loss = torch.max(loss, squared_or_huber_error(returns - clipped, huber_delta))
+    return loss
+
+
+def approx_kl(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
+    """Element-wise estimator of ``KL(old || new)``: ``(r - 1) - log r`` (non-negative, low variance).
+
+    See http://joschu.net/blog/kl-approx.html.
+
+    :param log_prob: Log-probability under the current policy, shape ``(..., 1)``.
+    :param old_log_prob: Log-probability under the policy that collected the data, shape ``(..., 1)``.
+
+    :return: The estimator, shape ``(..., 1)``.
+    """
+    log_ratio = log_prob - old_log_prob
+    return torch.expm1(log_ratio) - log_ratio
+
+
+def clip_fraction(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, ratio_clip: float) -> torch.Tensor:
+    """Element-wise indicator (as float) of samples whose probability ratio left ``[1 - eps, 1 + eps]``.
+
+    :return: 0/1 floats, shape ``(..., 1)``.
+    """
+    return ((torch.exp(log_prob - old_log_prob) - 1.0).abs() > ratio_clip).to(log_prob.dtype)
+
+
+def explained_variance(
+    *, values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None, dim=None
+) -> torch.Tensor:
+    """Fraction of the variance of the returns that the values explain: ``1 - Var[R - V] / Var[R]``.
+
+    1 is perfect, 0 is no better than a constant, negative is worse. Where ``Var[R]`` is 0 the result is 0.
+
+    :param values: Predicted values, any shape.
+    :param returns: Value targets, same shape.
+    :param mask: Boolean or 0/1 mask broadcastable to ``values``, or None.
+    :param dim: Dimension(s) to reduce; None reduces all.
+    """
+    _, var_returns = masked_mean_var(returns, mask, dim=dim)
+    _, var_residual = masked_mean_var(returns - values, mask, dim=dim)
+    ratio = var_residual / var_returns.clamp(min=1e-12)
+    return torch.where(var_returns > 1e-12, 1.0 - ratio, torch.zeros_like(ratio))

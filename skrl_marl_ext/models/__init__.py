@@ -1,0 +1,17 @@
+"""Model helpers a user needs: a masked categorical mixin and agent-id input sizing."""
+
+from skrl_marl_ext.models.agent_id import agent_id_space, append_agent_id
+from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY, MaskedCategoricalMixin, mask_logits
+from skrl_marl_ext.models.mlp import CategoricalMLP, GaussianMLP, ValueMLP, mlp
+
+__all__ = [
+    "ACTION_MASK_KEY",
+    "CategoricalMLP",
+    "GaussianMLP",
+    "MaskedCategoricalMixin",
+    "ValueMLP",
+    "agent_id_space",
+    "append_agent_id",
+    "mask_logits",
+    "mlp",
+]

@@ -1,0 +1,136 @@
+"""Preprocessors: the MAPPO paper's ValueNorm, and masked, rank-consistent statistics updates.
+
+:class:`ValueNorm` follows the paper's code (Yu et al. 2022, https://arxiv.org/abs/2103.01955,
+``onpolicy/utils/valuenorm.py``): running first and second moments with exponential decay ``beta`` and a
+debiasing term, so early estimates are not pulled towards the zero initialisation. It has skrl's preprocessor
+interface (``forward(x, train=False, inverse=False)``), so it is passed where skrl takes a value preprocessor::
+
+    cfg = MAPPO_CFG(value_preprocessor=ValueNorm)
+
+Unlike skrl's ``RunningStandardScaler`` it never clips: a return ten standard deviations out is learned as such.
+"""
+
+from __future__ import annotations
+
+import torch
+from skrl.resources.preprocessors.torch import RunningStandardScaler
+from torch import nn
+
+from skrl_marl_ext import distributed
+
+
+class ValueNorm(nn.Module):
+    def __init__(
+        self,
+        size: int = 1,
+        *,
+        beta: float = 0.99999,
+        epsilon: float = 1e-5,
+        min_variance: float = 1e-2,
+        device: str | torch.device | None = None,
+    ) -> None:
+        """Running normalisation of value targets with debiased exponential moments.
+
+        :param size: Size of the last dimension of the values (1 for scalar values).
+        :param beta: Decay of the running moments (the paper's 0.99999 averages almost uniformly over updates).
+        :param epsilon: Lower bound of the debiasing term.
+        :param min_variance: Lower bound of the variance (the paper's 1e-2), so near-constant targets are not blown up.
+        :param device: Device of the statistics.
+        """
+        super().__init__()
+        if not 0.0 <= beta < 1.0:
+            raise ValueError(f"ValueNorm: beta must be in [0, 1), got {beta}")
+        self.beta = beta
+        self.epsilon = epsilon
+        self.min_variance = min_variance
+        self.register_buffer("running_mean", torch.zeros(size, dtype=torch.float64, device=device))
+        self.register_buffer("running_mean_sq", torch.zeros(size, dtype=torch.float64, device=device))
+        self.register_buffer("debiasing_term", torch.zeros((), dtype=torch.float64, device=device))
+
+    def mean_var(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Debiased running mean and variance, shape ``(size,)`` each, float64."""
+        debias = self.debiasing_term.clamp(min=self.epsilon)
+        mean = self.running_mean / debias
+        mean_sq = self.running_mean_sq / debias
+        return mean, (mean_sq - mean * mean).clamp(min=self.min_variance)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Fold a batch into the running moments.
+
+        :param x: Values, shape ``(..., size)``.
+        :param mask: Boolean mask of shape ``(..., 1)``; masked-out entries are ignored. The moments are averaged
+            over all ranks of a distributed run, so every rank keeps the same statistics.
+        """
+        x = x.reshape(-1, x.shape[-1]).double()
+        weight = torch.ones_like(x[:, :1]) if mask is None else mask.reshape(-1, 1).double()
+        sums = torch.cat([(x * weight).sum(0), (x * x * weight).sum(0), weight.sum(0)])
+        distributed.all_reduce_sum_(sums)
+        size = x.shape[-1]
+        count = sums[-1].clamp(min=1.0)
+        batch_mean, batch_mean_sq = sums[:size] / count, sums[size : 2 * size] / count
+        self.running_mean.mul_(self.beta).add_(batch_mean * (1.0 - self.beta))
+        self.running_mean_sq.mul_(self.beta).add_(batch_mean_sq * (1.0 - self.beta))
+        self.debiasing_term.mul_(self.beta).add_(1.0 - self.beta)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``(x - mean) / std``, in the dtype of ``x``."""
+        mean, var = self.mean_var()
+        return ((x - mean) / var.sqrt()).to(x.dtype)
+
+    def denormalize(self, x: torch.Tensor) -> torch.Tensor:
+        """``x * std + mean``, in the dtype of ``x``."""
+        mean, var = self.mean_var()
+        return (x * var.sqrt() + mean).to(x.dtype)
+
+    def forward(
+        self, x: torch.Tensor | None, *, train: bool = False, inverse: bool = False, no_grad: bool = True
+    ) -> torch.Tensor | None:
+        """skrl's preprocessor interface.
+
+        :param x: Values, shape ``(..., size)``, or None.
+        :param train: Update the statistics with ``x`` first.
+        :param inverse: Map normalised values back to the original scale.
+        :param no_grad: Whether to disable the gradient computation.
+        """
+        if x is None:
+            return None
+        if train:
+            self.update(x)
+        with torch.set_grad_enabled(not no_grad and torch.is_grad_enabled()):
+            return self.denormalize(x) if inverse else self.normalize(x)
+
+
+@torch.no_grad()
+def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+    """Update a preprocessor's statistics with the unmasked rows of ``x``, the same on every rank.
+
+    :class:`ValueNorm` and skrl's ``RunningStandardScaler`` are updated from the batch moments of the unmasked rows,
+    summed over all ranks (no host sync). Any other preprocessor is called as skrl would call it,
+    ``preprocessor(x[mask], train=True)``, on this rank's rows only.
+
+    :param preprocessor: The preprocessor (an object with skrl's preprocessor interface).
+    :param x: Data, shape ``(..., size)``.
+    :param mask: Boolean mask of shape ``(..., 1)``, or None for all rows.
+    """
+    if isinstance(preprocessor, ValueNorm):
+        preprocessor.update(x, mask)
+    elif isinstance(preprocessor, RunningStandardScaler):
+        rows = x.reshape(-1, x.shape[-1]).double()
+        weight = torch.ones_like(rows[:, :1]) if mask is None else mask.reshape(-1, 1).double()
+        sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)])
+        distributed.all_reduce_sum_(sums)
+        size = rows.shape[-1]
+        count = sums[-1]
+        mean = sums[:size] / count.clamp(min=1.0)
+        # unbiased variance, as skrl's scaler computes it with torch.var
+        var = (sums[size : 2 * size] - count * mean * mean) / (count - 1.0).clamp(min=1.0)
+        # skrl's scaler keeps a float64 mean/variance and a scalar count; an empty batch leaves it as it was
+        if bool(count > 1):
+            preprocessor._parallel_variance(mean, var.clamp(min=0.0), count)
+    else:
+        rows = x.reshape(-1, x.shape[-1])
+        preprocessor(rows if mask is None else rows[mask.reshape(-1)], train=True)
+
+
+__all__ = ["ValueNorm", "update_statistics"]
