@@ -18,13 +18,11 @@ mini-batch is one loss over all the group's agents with one optimiser step (one 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import torch
-from packaging import version
 from skrl.memories.torch import Memory
 from skrl.models.torch import CategoricalMixin, Model
 from skrl.multi_agents.torch import MultiAgent
@@ -33,6 +31,14 @@ from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size, unflatten_tensorized_space
 
 from skrl_marl_ext import distributed
+from skrl_marl_ext.agents.common import (
+    broadcast_modules,
+    group_agents,
+    identity,
+    make_grad_scaler,
+    make_preprocessor,
+    stack_agents,
+)
 from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
 from skrl_marl_ext.agents.validation import check_agent_inputs, check_policy_family, dry_run
@@ -86,10 +92,6 @@ _GROUP_FIELDS = (
 )
 
 
-def _identity(x, *args, **kwargs):
-    return x
-
-
 @dataclasses.dataclass(eq=False)
 class AgentGroup:
     """Agents that share one policy and one value model and run as one batch."""
@@ -105,9 +107,9 @@ class AgentGroup:
     """The group's value of every per-agent config field."""
     optimizer: torch.optim.Optimizer | None = None
     scheduler: Any = None
-    observation_preprocessor: Callable = _identity
-    state_preprocessor: Callable = _identity
-    value_preprocessor: Callable = _identity
+    observation_preprocessor: Callable = identity
+    state_preprocessor: Callable = identity
+    value_preprocessor: Callable = identity
     parameters: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)
     buffers: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     shared_state: bool = False
@@ -180,19 +182,13 @@ class OnPolicyAgent(MultiAgent):
         self.group_of = {uid: group for group in self.groups for uid in group.uids}
 
         # one grad scaler for all groups: each group's step is a complete unscale/step/update iteration
-        if version.parse(torch.__version__) >= version.parse("2.4"):
-            self.scaler = torch.amp.GradScaler(device=self._device_type, enabled=self.cfg.mixed_precision)
-        else:  # pragma: no cover - old torch
-            self.scaler = torch.cuda.amp.GradScaler(enabled=self.cfg.mixed_precision)
+        self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
 
         for group in self.groups:
             self._set_up_group(group)
 
         # models start identical on every rank of a distributed run
-        if distributed.is_distributed():
-            for group in self.groups:
-                for module in {id(m): m for m in (group.policy, group.value)}.values():
-                    distributed.broadcast_state(module)
+        broadcast_modules([m for group in self.groups for m in (group.policy, group.value)])
 
         self._rollout_step = 0
         self._next_observations: dict[str, torch.Tensor] | None = None
@@ -223,42 +219,17 @@ class OnPolicyAgent(MultiAgent):
             raise ValueError(f"{name}: the memories were created with different num_envs {sizes}; use env.num_envs")
 
     def _build_groups(self) -> list[AgentGroup]:
-        name = type(self).__name__
-        members: dict[tuple[int, int], list[str]] = {}
-        owner_of: dict[int, tuple[int, int]] = {}
-        for uid in self.possible_agents:
-            policy, value = self.policies[uid], self.values[uid]
-            key = (id(policy), id(value))
-            for role, model in (("policy", policy), ("value", value)):
-                previous = owner_of.setdefault(id(model), key)
-                if previous != key:
-                    other = members[previous][0]
-                    raise ValueError(
-                        f"{name}: agents '{other}' and '{uid}' share the {role} model but not the other one; agents "
-                        "that share models must share both the policy and the value model (or neither)"
-                    )
-            members.setdefault(key, []).append(uid)
-
         groups = []
-        for uids in members.values():
+        for uids in group_agents(
+            owner=type(self).__name__,
+            possible_agents=self.possible_agents,
+            models=self.models,
+            roles=("policy", "value"),
+            spaces={"observation": self.observation_spaces, "action": self.action_spaces, "state": self.state_spaces},
+            cfg=self.cfg,
+            group_fields=_GROUP_FIELDS,
+        ):
             first = uids[0]
-            for uid in uids[1:]:
-                for what, spaces in (
-                    ("observation", self.observation_spaces),
-                    ("action", self.action_spaces),
-                    ("state", self.state_spaces),
-                ):
-                    if spaces[uid] != spaces[first]:
-                        raise ValueError(
-                            f"{name}: agents '{first}' and '{uid}' share their models but have different {what} "
-                            f"spaces ({spaces[first]} vs {spaces[uid]}); shared models need equal spaces"
-                        )
-                for field in _GROUP_FIELDS:
-                    if self.cfg.value_for(field, uid) != self.cfg.value_for(field, first):
-                        raise ValueError(
-                            f"{name}: agents '{first}' and '{uid}' share their models (one optimiser, one loss) but "
-                            f"cfg.{field} differs between them; give them the same value"
-                        )
             group_cfg = {f.name: self.cfg.value_for(f.name, first) for f in dataclasses.fields(self.cfg)}
             groups.append(
                 AgentGroup(
@@ -274,18 +245,7 @@ class OnPolicyAgent(MultiAgent):
         return groups
 
     def _make_preprocessor(self, cls: type | None, kwargs: dict, size: Any) -> Callable:
-        if not cls:
-            return _identity
-        kwargs = dict(kwargs or {})
-        try:
-            parameters = inspect.signature(cls).parameters
-        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-            parameters = {}
-        if "size" in parameters and "size" not in kwargs:
-            kwargs["size"] = size
-        if "device" in parameters and "device" not in kwargs:
-            kwargs["device"] = self.device
-        return cls(**kwargs)
+        return make_preprocessor(cls, kwargs, size=size, device=self.device)
 
     def _set_up_group(self, group: AgentGroup) -> None:
         name = type(self).__name__
@@ -347,7 +307,7 @@ class OnPolicyAgent(MultiAgent):
                 modules["scheduler"] = group.scheduler
             for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
                 module = getattr(group, key)
-                if module is not _identity:
+                if module is not identity:
                     modules[key] = module
             modules["scaler"] = self.scaler
 
@@ -385,26 +345,7 @@ class OnPolicyAgent(MultiAgent):
     ) -> dict[str, Any]:
         return {"observations": observations, "states": states if self.critic_reads_states else observations}
 
-    @staticmethod
-    def _stack(tensors: dict[str, torch.Tensor] | None, uids: list[str], out: torch.Tensor | None = None):
-        """Stack the agents' tensors into ``(G, num_envs, size)``, zeros for agents absent from the dict."""
-        items = [tensors.get(uid) if tensors else None for uid in uids]
-        if out is None:
-            like = next((x for x in items if x is not None), None)
-            if like is None:
-                return None
-            if len(items) == 1:
-                return like.unsqueeze(0)
-            items = [x if x is not None else torch.zeros_like(like) for x in items]
-            return torch.stack(items)
-        if all(x is not None and x.dtype == out.dtype for x in items):
-            return torch.stack(items, out=out)
-        for i, x in enumerate(items):
-            if x is None:
-                out[i].zero_()
-            else:
-                out[i].copy_(x.reshape(out[i].shape))
-        return out
+    _stack = staticmethod(stack_agents)
 
     def _preprocess(self, group: AgentGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
         """Preprocess stacked raw inputs ``(G, n, size)`` into agent-major model rows ``(G * n, size [+ G])``."""
@@ -738,13 +679,13 @@ class OnPolicyAgent(MultiAgent):
         explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
 
         # statistics: once per update, from the unmasked samples, the same on every rank
-        if group.value_preprocessor is not _identity:
+        if group.value_preprocessor is not identity:
             update_statistics(group.value_preprocessor, returns, mask)
             returns = group.value_preprocessor(returns)
             values = group.value_preprocessor(values)
-        if group.observation_preprocessor is not _identity:
+        if group.observation_preprocessor is not identity:
             update_statistics(group.observation_preprocessor, b["observations"], mask)
-        if "states" in b and group.state_preprocessor is not _identity:
+        if "states" in b and group.state_preprocessor is not identity:
             state_mask = mask.any(dim=1, keepdim=True) if group.shared_state else mask
             update_statistics(group.state_preprocessor, b["states"], state_mask)
 
