@@ -391,6 +391,12 @@ class OnPolicyAgent(MultiAgent):
                 f"create RandomMemory(memory_size={self.cfg.rollouts}, num_envs=env.num_envs)"
             )
         T, G = self.cfg.rollouts, group.size
+        if group.cfg["mini_batches"] > T * num_envs:
+            raise ValueError(
+                f"{name}: cfg.mini_batches ({group.cfg['mini_batches']}) for agents {group.uids} is larger than the "
+                f"{T * num_envs} samples per agent a rollout gives (rollouts {T} x num_envs {num_envs}); "
+                "lower mini_batches or raise rollouts"
+            )
         state_tensors = [states.get(uid) for uid in group.uids] if isinstance(states, dict) else []
         has_states = bool(state_tensors) and state_tensors[0] is not None
         if self.critic_reads_states and not has_states:

@@ -1,0 +1,63 @@
+"""Small builders shared by the tests (not a test module)."""
+
+from __future__ import annotations
+
+import torch
+
+from skrl_marl_ext import IPPO, MAPPO
+from skrl_marl_ext.envs import make_spread_env
+from skrl_marl_ext.models import CategoricalMLP, GaussianMLP, ValueMLP
+
+QUIET = {"write_interval": 0, "checkpoint_interval": 0}
+
+
+def make_models(env, algo="mappo", shared=False, hidden=(32, 32), **policy_kwargs):
+    """Per-agent (or one shared) policy/value models for ``env``."""
+
+    def build(uid):
+        space = env.action_space(uid)
+        if hasattr(space, "n"):
+            policy = CategoricalMLP(
+                observation_space=env.observation_space(uid), action_space=space, hidden_sizes=hidden, **policy_kwargs
+            )
+        else:
+            policy = GaussianMLP(
+                observation_space=env.observation_space(uid), action_space=space, hidden_sizes=hidden, **policy_kwargs
+            )
+        value = ValueMLP(
+            observation_space=env.observation_space(uid),
+            state_space=env.state_space(uid),
+            input="states" if algo == "mappo" else "observations",
+            hidden_sizes=hidden,
+        )
+        return {"policy": policy, "value": value}
+
+    if shared:
+        models = build(env.possible_agents[0])
+        return {uid: models for uid in env.possible_agents}
+    return {uid: build(uid) for uid in env.possible_agents}
+
+
+def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs):
+    cls = MAPPO if algo == "mappo" else IPPO
+    if cfg is None or isinstance(cfg, dict):
+        cfg = dict(cfg or {})
+        cfg.setdefault("experiment", QUIET)
+    return cls(
+        possible_agents=env.possible_agents,
+        models=models if models is not None else make_models(env, algo, shared),
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg=cfg,
+        **kwargs,
+    )
+
+
+def spread(num_envs=8, num_agents=3, **kwargs):
+    return make_spread_env(num_envs=num_envs, num_agents=num_agents, **kwargs)
+
+
+def params(module):
+    return torch.cat([p.detach().reshape(-1).clone() for p in module.parameters()])
