@@ -31,6 +31,7 @@ from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size, unflatten_tensorized_space
 
 from skrl_marl_ext import distributed
+from skrl_marl_ext.agents.checkpoint import load_checkpoint
 from skrl_marl_ext.agents.common import (
     broadcast_modules,
     group_agents,
@@ -627,6 +628,13 @@ class OnPolicyAgent(MultiAgent):
         The agent calls this itself at the end of each rollout; agents of one group are updated together.
         """
         self._update_group(self.group_of[uid], timestep=timestep, timesteps=timesteps)
+
+    def load(self, path: str) -> None:
+        """Load a checkpoint written by :meth:`save`, refusing one of other agents or other model shapes.
+
+        :param path: Path of the checkpoint file.
+        """
+        load_checkpoint(self, path)
 
     # ------------------------------------------------------------------ update
 

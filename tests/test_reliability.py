@@ -1,0 +1,157 @@
+"""Runs that resume and checkpoints that refuse to half-load.
+
+Resuming: train N steps, ``save()``, load into a fresh agent in a *new process* and train M more; the parameters
+must equal an uninterrupted N+M run bit for bit. The agent's checkpoint carries everything of the agent's (models,
+optimisers, preprocessors, value normaliser, scheduler); the env's state and torch's RNG belong to the caller, so
+the test carries them beside the checkpoint. On-policy agents are saved at a rollout boundary.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+import torch
+from helpers import QUIET, make_agent, make_models, params, spread
+from skrl.resources.preprocessors.torch import RunningStandardScaler
+from skrl.resources.schedulers.torch import KLAdaptiveLR
+from skrl.trainers.torch import SequentialTrainer
+
+from skrl_marl_ext import ValueNorm
+
+ROLLOUTS = 8
+CFG = {
+    "rollouts": ROLLOUTS,
+    "learning_epochs": 2,
+    "mini_batches": 2,
+    "learning_rate_scheduler": KLAdaptiveLR,
+    "observation_preprocessor": RunningStandardScaler,
+    "state_preprocessor": RunningStandardScaler,
+    "value_preprocessor": ValueNorm,
+    "experiment": QUIET,
+}
+ENV_FIELDS = ("positions", "goals", "active", "steps")
+
+
+def _env_snapshot(env) -> dict:
+    inner = env.unwrapped
+    snap = {k: getattr(inner, k).clone() for k in ENV_FIELDS}
+    snap["generator"] = inner._generator.get_state()
+    return snap
+
+
+def _restore_on_reset(env, snap) -> None:
+    """Make the env's next reset (the trainer's first) restore ``snap`` instead of drawing new episodes."""
+    inner = env.unwrapped
+    original = inner._reset_envs
+
+    def reset_envs(envs):
+        for k in ENV_FIELDS:
+            setattr(inner, k, snap[k].clone())
+        inner._generator.set_state(snap["generator"])
+        inner._reset_envs = original
+
+    inner._reset_envs = reset_envs
+
+
+def _build(algo):
+    torch.manual_seed(0)
+    env = spread(num_envs=4, num_agents=2, seed=3)
+    agent = make_agent(env, algo, cfg=dict(CFG))
+    return env, agent
+
+
+def _train(env, agent, steps):
+    cfg = {"timesteps": steps, "headless": True, "disable_progressbar": True}
+    SequentialTrainer(env=env, agents=agent, cfg=cfg).train()
+
+
+def _all_params(agent):
+    return torch.cat([params(m) for uid in agent.possible_agents for m in agent.models[uid].values()])
+
+
+def _resume_in_new_process(algo, path, steps, result_path):
+    torch.set_num_threads(1)
+    env, agent = _build(algo)
+    extra = torch.load(str(path) + ".extra", weights_only=False)
+    agent.load(path)
+    _restore_on_reset(env, extra["env"])
+    torch.set_rng_state(extra["rng"])
+    _train(env, agent, steps)
+    torch.save(_all_params(agent), result_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_resume_in_a_new_process_equals_an_uninterrupted_run(algo, tmp_path):
+    torch.set_num_threads(1)
+    n, m = 3 * ROLLOUTS, 2 * ROLLOUTS
+
+    env, agent = _build(algo)
+    _train(env, agent, n + m)
+    uninterrupted = _all_params(agent)
+
+    env, agent = _build(algo)
+    _train(env, agent, n)
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    torch.save({"env": _env_snapshot(env), "rng": torch.get_rng_state()}, str(path) + ".extra")
+    halfway = _all_params(agent)
+
+    process = multiprocessing.get_context("spawn").Process(
+        target=_resume_in_new_process, args=(algo, path, m, tmp_path / "resumed.pt")
+    )
+    process.start()
+    process.join(timeout=120)
+    assert process.exitcode == 0
+    resumed = torch.load(tmp_path / "resumed.pt")
+
+    assert not torch.equal(halfway, uninterrupted)  # the last M steps did train
+    assert torch.equal(resumed, uninterrupted)
+
+
+def test_resume_needs_the_optimiser_state(tmp_path):
+    """The equality above is not free: dropping the optimiser's state from the checkpoint breaks it."""
+    env, agent = _build("mappo")
+    _train(env, agent, 2 * ROLLOUTS)
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    fresh_env, fresh = _build("mappo")
+    fresh.load(path)
+    for group, loaded in zip(agent.groups, fresh.groups, strict=True):
+        assert torch.equal(params(group.policy), params(loaded.policy))
+        a, b = group.optimizer.state_dict()["state"], loaded.optimizer.state_dict()["state"]
+        assert a.keys() == b.keys() and all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for k in a)
+        assert loaded.scheduler.state_dict() == group.scheduler.state_dict()
+    for uid in agent.possible_agents:
+        for name in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
+            a, b = agent.checkpoint_modules[uid][name].state_dict(), fresh.checkpoint_modules[uid][name].state_dict()
+            assert all(torch.equal(a[k], b[k]) for k in a), (uid, name)
+
+
+def test_checkpoint_of_other_agents_is_refused(tmp_path):
+    env, agent = _build("mappo")
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    bigger = spread(num_envs=4, num_agents=3, seed=3)
+    other = make_agent(bigger, "mappo", cfg=dict(CFG))
+    with pytest.raises(ValueError, match=r"missing: \['agent_2'\]"):
+        other.load(path)
+
+
+def test_checkpoint_of_other_model_shape_is_refused(tmp_path):
+    env, agent = _build("mappo")
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    wider = make_agent(env, "mappo", cfg=dict(CFG), models=make_models(env, "mappo", hidden=(48, 48)))
+    with pytest.raises(ValueError, match=r"'agent_0' module 'policy' does not fit"):
+        wider.load(path)
+
+
+def test_checkpoint_of_other_configuration_is_refused(tmp_path):
+    env, agent = _build("mappo")
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    plain = make_agent(env, "mappo", cfg={"experiment": QUIET})  # no preprocessors, no scheduler
+    with pytest.raises(ValueError, match="expects"):
+        plain.load(path)
