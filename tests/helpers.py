@@ -61,3 +61,35 @@ def spread(num_envs=8, num_agents=3, **kwargs):
 
 def params(module):
     return torch.cat([p.detach().reshape(-1).clone() for p in module.parameters()])
+
+
+def drive(agent, env, steps, *, infos_fn=None, training=True):
+    """Run ``steps`` env steps through the agent's lifecycle (what skrl's trainers do)."""
+    agent.init()
+    agent.enable_training_mode(training)
+    obs, infos = env.reset()
+    states = env.state()
+    for t in range(steps):
+        agent.pre_interaction(timestep=t, timesteps=steps)
+        with torch.no_grad():
+            actions, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
+            next_obs, rewards, term, trunc, infos = env.step(actions)
+            next_states = env.state()
+            if infos_fn is not None:
+                infos = infos_fn(t, dict(infos))
+            agent.record_transition(
+                observations=obs,
+                states=states,
+                actions=actions,
+                rewards=rewards,
+                next_observations=next_obs,
+                next_states=next_states,
+                terminated=term,
+                truncated=trunc,
+                infos=infos,
+                timestep=t,
+                timesteps=steps,
+            )
+        agent.post_interaction(timestep=t, timesteps=steps)
+        obs, states = next_obs, next_states
+    return agent

@@ -5,7 +5,7 @@ import dataclasses
 import gymnasium
 import pytest
 import torch
-from helpers import QUIET, make_agent, make_models, params, spread
+from helpers import QUIET, drive, make_agent, make_models, params, spread
 from skrl.memories.torch import RandomMemory
 from skrl.multi_agents.torch.mappo import MAPPO_CFG as SKRL_MAPPO_CFG
 from skrl.resources.preprocessors.torch import RunningStandardScaler
@@ -17,38 +17,6 @@ from skrl_marl_ext.models import CategoricalMLP
 from skrl_marl_ext.trainers import StepTrainer
 
 SMALL = {"rollouts": 4, "learning_epochs": 2, "mini_batches": 2, "experiment": QUIET}
-
-
-def drive(agent, env, steps, *, infos_fn=None, training=True):
-    """Run ``steps`` env steps through the agent's lifecycle (what skrl's trainers do)."""
-    agent.init()
-    agent.enable_training_mode(training)
-    obs, infos = env.reset()
-    states = env.state()
-    for t in range(steps):
-        agent.pre_interaction(timestep=t, timesteps=steps)
-        with torch.no_grad():
-            actions, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
-            next_obs, rewards, term, trunc, infos = env.step(actions)
-            next_states = env.state()
-            if infos_fn is not None:
-                infos = infos_fn(t, dict(infos))
-            agent.record_transition(
-                observations=obs,
-                states=states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_obs,
-                next_states=next_states,
-                terminated=term,
-                truncated=trunc,
-                infos=infos,
-                timestep=t,
-                timesteps=steps,
-            )
-        agent.post_interaction(timestep=t, timesteps=steps)
-        obs, states = next_obs, next_states
-    return agent
 
 
 # ---------------------------------------------------------------- drop-in use with skrl's trainers

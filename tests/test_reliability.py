@@ -12,7 +12,7 @@ import multiprocessing
 
 import pytest
 import torch
-from helpers import QUIET, make_agent, make_models, params, spread
+from helpers import QUIET, drive, make_agent, make_models, params, spread
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
@@ -155,3 +155,31 @@ def test_checkpoint_of_other_configuration_is_refused(tmp_path):
     plain = make_agent(env, "mappo", cfg={"experiment": QUIET})  # no preprocessors, no scheduler
     with pytest.raises(ValueError, match="expects"):
         plain.load(path)
+
+
+def test_inf_gradient_with_mixed_precision_skips_the_step():
+    """An inf gradient (injected by a hook) makes the GradScaler skip every step: parameters stay put and finite."""
+    env = spread(num_envs=4, num_agents=2)
+    agent = make_agent(
+        env, "mappo", cfg={"rollouts": 4, "mini_batches": 2, "mixed_precision": True, "experiment": QUIET}
+    )
+    policy = agent.policies["agent_0"]
+    before = params(policy)
+    first = next(policy.parameters())
+    first.register_hook(lambda grad: torch.full_like(grad, float("inf")))
+    scale = agent.scaler.get_scale()
+    drive(agent, env, 4)
+    after = params(policy)
+    assert torch.isfinite(after).all()
+    assert torch.equal(before, after)
+    assert agent.scaler.get_scale() < scale  # the scaler saw the infs and backed off
+
+
+def test_without_the_injected_inf_the_same_run_moves_the_parameters():
+    env = spread(num_envs=4, num_agents=2)
+    agent = make_agent(
+        env, "mappo", cfg={"rollouts": 4, "mini_batches": 2, "mixed_precision": True, "experiment": QUIET}
+    )
+    before = params(agent.policies["agent_0"])
+    drive(agent, env, 4)
+    assert not torch.equal(before, params(agent.policies["agent_0"]))
