@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from skrl_marl_ext import IPPO, MAPPO
@@ -93,3 +94,16 @@ def drive(agent, env, steps, *, infos_fn=None, training=True):
         agent.post_interaction(timestep=t, timesteps=steps)
         obs, states = next_obs, next_states
     return agent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Run a module's tests with one torch thread (import it into a test module to use it).
+
+    Their envs and models are small, and on a busy 2-core machine a second intra-op thread mostly spin-waits: the env
+    and CLI tests ran several times slower with two.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -1,6 +1,8 @@
-"""The agents: MAPPO and IPPO (one on-policy core)."""
+"""The agents: MAPPO and IPPO (one on-policy core) and MADDPG."""
 
 from skrl_marl_ext.agents.ippo import IPPO, IPPO_CFG
+from skrl_marl_ext.agents.maddpg import MADDPG
+from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.agents.mappo import MAPPO, MAPPO_CFG
 from skrl_marl_ext.agents.on_policy import AGENT_MASK_KEY, MEAN_ACTIONS_KEY, OnPolicyAgent
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
@@ -9,6 +11,8 @@ __all__ = [
     "AGENT_MASK_KEY",
     "IPPO",
     "IPPO_CFG",
+    "MADDPG",
+    "MADDPG_CFG",
     "MAPPO",
     "MAPPO_CFG",
     "MEAN_ACTIONS_KEY",

@@ -1,6 +1,8 @@
 """Pure tensor math of the algorithms: keyword-only functions with the shapes in their docstrings."""
 
 from skrl_marl_ext.functional.gae import compute_gae, compute_gae_reference
+from skrl_marl_ext.functional.gumbel import gumbel_softmax_st, one_hot_actions, sample_gumbel
+from skrl_marl_ext.functional.polyak import polyak_update_, polyak_update_reference_
 from skrl_marl_ext.functional.ppo import (
     approx_kl,
     clip_fraction,
@@ -12,6 +14,7 @@ from skrl_marl_ext.functional.ppo import (
     squared_or_huber_error,
     value_loss,
 )
+from skrl_marl_ext.functional.td import td_target
 
 __all__ = [
     "approx_kl",
@@ -20,9 +23,15 @@ __all__ = [
     "compute_gae",
     "compute_gae_reference",
     "explained_variance",
+    "gumbel_softmax_st",
     "masked_mean",
     "masked_mean_var",
     "normalize_advantages",
+    "one_hot_actions",
+    "polyak_update_",
+    "polyak_update_reference_",
+    "sample_gumbel",
     "squared_or_huber_error",
+    "td_target",
     "value_loss",
 ]

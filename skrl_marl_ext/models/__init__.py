@@ -1,17 +1,27 @@
 """Model helpers a user needs: a masked categorical mixin and agent-id input sizing."""
 
 from skrl_marl_ext.models.agent_id import agent_id_space, append_agent_id
+from skrl_marl_ext.models.maddpg_models import (
+    QMLP,
+    DeterministicMLP,
+    action_encoding_size,
+    joint_action_space,
+)
 from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY, MaskedCategoricalMixin, mask_logits
 from skrl_marl_ext.models.mlp import CategoricalMLP, GaussianMLP, ValueMLP, mlp
 
 __all__ = [
     "ACTION_MASK_KEY",
     "CategoricalMLP",
+    "DeterministicMLP",
     "GaussianMLP",
     "MaskedCategoricalMixin",
+    "QMLP",
     "ValueMLP",
+    "action_encoding_size",
     "agent_id_space",
     "append_agent_id",
+    "joint_action_space",
     "mask_logits",
     "mlp",
 ]

@@ -1,0 +1,158 @@
+"""Configuration of :class:`~skrl_marl_ext.MADDPG`: skrl 2.x ``DDPG_CFG``'s fields where they apply, per agent."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from skrl_marl_ext.agents.config import MarlCfg, check_range
+
+
+@dataclasses.dataclass(kw_only=True)
+class MADDPG_CFG(MarlCfg):
+    """Configuration of :class:`~skrl_marl_ext.MADDPG` (Lowe et al. 2017, https://arxiv.org/abs/1706.02275).
+
+    Fields marked *per agent* take one value or a dict naming every agent; agents that share models (a group) must be
+    given the same value. The other fields hold one value for all agents: every gradient step draws one set of
+    transitions for all agents, so its size and timing cannot differ between them.
+    """
+
+    shared_fields: ClassVar[tuple[str, ...]] = (
+        "experiment",
+        "batch_size",
+        "gradient_steps",
+        "random_timesteps",
+        "learning_starts",
+        "exploration_noise",
+        "exploration_initial_scale",
+        "exploration_final_scale",
+        "exploration_timesteps",
+        "rewards_shaper",
+        "mixed_precision",
+    )
+
+    gradient_steps: int = 1
+    """Gradient steps per environment step (each draws a fresh batch). One value for all agents."""
+
+    batch_size: int = 256
+    """Number of joint transitions per gradient step: the same (step, env) rows of every agent's memory.
+    One value for all agents."""
+
+    discount_factor: float | dict[str, float] = 0.95
+    """Discount factor ``gamma`` in ``[0, 1]`` (per agent). 0.95 as in the MADDPG paper."""
+
+    polyak: float | dict[str, float] = 0.01
+    """Target network update weight in ``[0, 1]`` (per agent), skrl's convention:
+    ``target = polyak * online + (1 - polyak) * target`` after every gradient step (``tau`` of the paper, 0.01)."""
+
+    actor_learning_rate: float | dict[str, float] = 1e-3
+    """Learning rate of the policies' Adam optimisers (per agent)."""
+
+    critic_learning_rate: float | dict[str, float] = 1e-3
+    """Learning rate of the critics' Adam optimisers (per agent)."""
+
+    learning_rate_scheduler: type | tuple[type | None, type | None] | None | dict = None
+    """Learning rate scheduler class (per agent), e.g. a ``torch.optim.lr_scheduler`` class, stepped once per gradient
+    step as skrl's DDPG does. One class is used for both optimisers; a pair ``(actor, critic)`` gives each its own
+    (None for none)."""
+
+    learning_rate_scheduler_kwargs: dict | tuple[dict, dict] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the scheduler (without ``optimizer``), or a pair ``(actor, critic)`` of them."""
+
+    observation_preprocessor: type | None | dict = None
+    """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``. Its statistics are
+    updated from the unmasked rows of every sampled batch (as skrl's DDPG does with ``train=True``)."""
+
+    observation_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the observation preprocessor; ``size`` and ``device`` are filled in when missing."""
+
+    state_preprocessor: type | None | dict = None
+    """Preprocessor class for the critics' states (per agent): the env's global state, or the concatenated
+    observations when the env has none. Updated like the observation preprocessor."""
+
+    state_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the state preprocessor; ``size`` and ``device`` are filled in when missing."""
+
+    random_timesteps: int = 0
+    """Timesteps at the start of training during which actions are drawn uniformly from the action spaces."""
+
+    learning_starts: int = 0
+    """Timesteps at the start of training before the first gradient step (the memories only fill)."""
+
+    grad_norm_clip: float | dict[str, float] = 0.5
+    """Maximum global norm of the policy and of the critic gradients of a group, each clipped on its own (per agent);
+    ``<= 0`` disables clipping. 0.5 as in the MADDPG paper's code."""
+
+    exploration_noise: Any = None
+    """Exploration noise of continuous actions: an instance of a skrl noise (``GaussianNoise``,
+    ``OrnsteinUhlenbeckNoise``; anything with ``sample(size) -> tensor``). Each group of agents gets its own copy.
+    None means ``GaussianNoise(mean=0, std=0.1)`` on the agent's device. Discrete actions explore by sampling
+    their categorical policy instead."""
+
+    exploration_initial_scale: float = 1.0
+    """Factor on the noise at the first timestep; 0 turns the noise off."""
+
+    exploration_final_scale: float = 1.0
+    """Factor on the noise at ``exploration_timesteps`` and after; the factor moves linearly in between."""
+
+    exploration_timesteps: int | None = None
+    """Timesteps over which the noise factor goes from the initial to the final scale; None keeps the initial one."""
+
+    gumbel_temperature: float | dict[str, float] = 1.0
+    """Temperature of the straight-through Gumbel-softmax through which discrete actors are trained (per agent)."""
+
+    time_limit_bootstrap: bool | dict[str, bool] = False
+    """Learn the critic from truncated transitions, bootstrapping from their next observation (per agent). Off by
+    default: vectorised envs that reset in place (Isaac Lab, VMAS, the built-in spread) return the *next* episode's
+    first observation at truncation, so those transitions are left out of the critic loss (they still train the
+    actor). Turn it on for envs that return the real final observation."""
+
+    rewards_shaper: Callable | None = None
+    """Function ``(rewards, timestep, timesteps) -> rewards`` applied to each agent's ``(num_envs, 1)`` rewards
+    before storage."""
+
+    mixed_precision: bool = False
+    """Run forward passes under ``torch.autocast`` (bf16 on CPU, fp16 on CUDA) with one ``GradScaler``."""
+
+    def _normalize_expanded(self, possible_agents: list[str]) -> None:
+        for uid in possible_agents:
+            scheduler = self.learning_rate_scheduler[uid]
+            if not isinstance(scheduler, (tuple, list)):
+                scheduler = (scheduler, scheduler)
+            self.learning_rate_scheduler[uid] = tuple(scheduler)
+            kwargs = self.learning_rate_scheduler_kwargs[uid]
+            if not isinstance(kwargs, (tuple, list)):
+                kwargs = (kwargs, kwargs)
+            self.learning_rate_scheduler_kwargs[uid] = tuple(dict(k or {}) for k in kwargs)
+
+    def validate(self, *, owner: str = "MADDPG") -> bool:
+        """Check the value ranges; raise a ValueError naming the field and the accepted range."""
+        for name in ("batch_size", "gradient_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{owner}: cfg.{name} must be a positive integer, got {value!r}")
+        for name in ("random_timesteps", "learning_starts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{owner}: cfg.{name} must be an integer >= 0, got {value!r}")
+        check_range(owner, "discount_factor", self.discount_factor, low=0.0, high=1.0)
+        check_range(owner, "polyak", self.polyak, low=0.0, high=1.0)
+        check_range(owner, "actor_learning_rate", self.actor_learning_rate, low=0.0, low_open=True)
+        check_range(owner, "critic_learning_rate", self.critic_learning_rate, low=0.0, low_open=True)
+        check_range(owner, "gumbel_temperature", self.gumbel_temperature, low=0.0, low_open=True)
+        check_range(owner, "grad_norm_clip", self.grad_norm_clip)
+        check_range(owner, "exploration_initial_scale", self.exploration_initial_scale, low=0.0)
+        check_range(owner, "exploration_final_scale", self.exploration_final_scale, low=0.0)
+        steps = self.exploration_timesteps
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"{owner}: cfg.exploration_timesteps must be a positive integer or None, got {steps!r}")
+        noise = self.exploration_noise
+        if isinstance(noise, type) or (noise is not None and not callable(getattr(noise, "sample", None))):
+            raise ValueError(
+                f"{owner}: cfg.exploration_noise must be a noise instance with sample(size) (e.g. skrl's "
+                f"GaussianNoise(mean=0.0, std=0.1, device=device)) or None, got {noise!r}"
+            )
+        if self.rewards_shaper is not None and not callable(self.rewards_shaper):
+            raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")
+        return True

@@ -1,0 +1,619 @@
+"""MADDPG: aligned replay sampling, targets, Gumbel actors, masks, learning, drop-in use, checkpoints, bad input."""
+
+import copy
+
+import gymnasium
+import pytest
+import torch
+from helpers import QUIET, params, spread
+from skrl.memories.torch import RandomMemory
+from skrl.resources.noises.torch import GaussianNoise, OrnsteinUhlenbeckNoise
+from skrl.resources.preprocessors.torch import RunningStandardScaler
+from skrl.trainers.torch import SequentialTrainer
+
+from skrl_marl_ext import MADDPG, MADDPG_CFG, joint_action_space
+from skrl_marl_ext.functional import (
+    gumbel_softmax_st,
+    polyak_update_,
+    polyak_update_reference_,
+    td_target,
+)
+from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP
+from skrl_marl_ext.trainers import StepTrainer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tests run fastest on one intra-op thread (small MLPs; with 2 threads on 2 busy cores every op waits)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_models(env, *, shared=False, hidden=(32, 32), env_states=True):
+    joint = joint_action_space(env.action_spaces, env.possible_agents)
+
+    def build(uid):
+        if env_states:
+            state_space = env.state_space(uid)
+        else:
+            size = sum(env.observation_space(u).shape[0] for u in env.possible_agents)
+            state_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
+        space = env.action_space(uid)
+        policy_cls = CategoricalMLP if isinstance(space, gymnasium.spaces.Discrete) else DeterministicMLP
+
+        def policy():
+            return policy_cls(observation_space=env.observation_space(uid), action_space=space, hidden_sizes=hidden)
+
+        def critic():
+            return QMLP(state_space=state_space, action_space=joint, hidden_sizes=hidden)
+
+        return {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+
+    if shared:
+        models = build(env.possible_agents[0])
+        return {uid: models for uid in env.possible_agents}
+    return {uid: build(uid) for uid in env.possible_agents}
+
+
+def make_memories(env, size=64):
+    return {uid: RandomMemory(memory_size=size, num_envs=env.num_envs) for uid in env.possible_agents}
+
+
+def make_agent(env, cfg=None, *, models=None, memories=None, env_states=True, **model_kwargs):
+    cfg = dict(cfg or {})
+    cfg.setdefault("experiment", QUIET)
+    return MADDPG(
+        possible_agents=env.possible_agents,
+        models=models if models is not None else make_models(env, env_states=env_states, **model_kwargs),
+        memories=memories if memories is not None else make_memories(env),
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces if env_states else None,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg=cfg,
+    )
+
+
+def drive(agent, env, steps, *, training=True):
+    """Run ``steps`` env steps through the agent's lifecycle (what skrl's trainers do)."""
+    agent.init()
+    agent.enable_training_mode(training)
+    obs, infos = env.reset()
+    states = env.state()
+    for t in range(steps):
+        agent.pre_interaction(timestep=t, timesteps=steps)
+        with torch.no_grad():
+            actions, _ = agent.act(obs, states, timestep=t, timesteps=steps)
+            next_obs, rewards, term, trunc, infos = env.step(actions)
+            next_states = env.state()
+            agent.record_transition(
+                observations=obs,
+                states=states,
+                actions=actions,
+                rewards=rewards,
+                next_observations=next_obs,
+                next_states=next_states,
+                terminated=term,
+                truncated=trunc,
+                infos=infos,
+                timestep=t,
+                timesteps=steps,
+            )
+        agent.post_interaction(timestep=t, timesteps=steps)
+        obs, states = next_obs, next_states
+    return agent
+
+
+def evaluate(agent, num_agents, *, continuous, steps=100, num_envs=128):
+    """Mean team return per episode of the greedy policies (the trainers' evaluation path)."""
+    env = spread(num_envs=num_envs, num_agents=num_agents, continuous=continuous, seed=123)
+    agent.enable_training_mode(False)
+    obs, _ = env.reset()
+    states = env.state()
+    running, total, episodes = torch.zeros(num_envs), 0.0, 0
+    with torch.no_grad():
+        for t in range(steps):
+            _, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
+            obs, rewards, term, trunc, _ = env.step(outputs["mean_actions"])
+            states = env.state()
+            running += rewards["agent_0"].view(-1)
+            done = (term["agent_0"] | trunc["agent_0"]).view(-1)
+            total += running[done].sum().item()
+            episodes += int(done.sum())
+            running[done] = 0.0
+    return total / max(episodes, 1)
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+@pytest.mark.parametrize("polyak", [0.0, 0.005, 0.3, 1.0])
+def test_polyak_update_matches_reference_and_skrl_convention(polyak):
+    online = torch.nn.Linear(5, 3)
+    target = torch.nn.Linear(5, 3)
+    before = [p.detach().clone() for p in target.parameters()]
+    reference = copy.deepcopy(target)
+    polyak_update_(target=target.parameters(), online=online.parameters(), polyak=polyak)
+    polyak_update_reference_(target=reference.parameters(), online=online.parameters(), polyak=polyak)
+    for t, r, o, b in zip(target.parameters(), reference.parameters(), online.parameters(), before, strict=True):
+        torch.testing.assert_close(t, r)
+        torch.testing.assert_close(t, polyak * o + (1 - polyak) * b)
+    # skrl's Model.update_parameters states the same convention
+    env = spread(num_envs=2, continuous=True)
+    a = DeterministicMLP(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    b = DeterministicMLP(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    ours = copy.deepcopy(b)
+    b.update_parameters(a, polyak=polyak)
+    polyak_update_(target=ours.parameters(), online=a.parameters(), polyak=polyak)
+    torch.testing.assert_close(params(ours), params(b))
+
+
+def test_gumbel_softmax_st_is_torchs_hard_gumbel_softmax():
+    logits = torch.randn(64, 5, requires_grad=True)
+    torch.manual_seed(3)
+    ours = gumbel_softmax_st(logits=logits, temperature=0.7)
+    (ours * torch.arange(5.0)).sum().backward()
+    grad_ours = logits.grad.clone()
+    logits.grad = None
+    torch.manual_seed(3)
+    theirs = torch.nn.functional.gumbel_softmax(logits, tau=0.7, hard=True)
+    (theirs * torch.arange(5.0)).sum().backward()
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(grad_ours, logits.grad)
+    assert torch.all(ours.sum(-1) == 1) and torch.all((ours == 0) | (ours == 1))
+    assert grad_ours.abs().sum() > 0
+    with pytest.raises(ValueError, match="temperature"):
+        gumbel_softmax_st(logits=logits, temperature=0.0)
+
+
+# ---------------------------------------------------------------- replay and update math
+
+
+def _consistent(states, obs_size):
+    """Rows of the concatenated observations that are one joint transition of the spread env.
+
+    Agent 0 sees its position p0 and p1 - p0; agent 1 sees its position p1: they agree only within one (step, env).
+    """
+    obs0, obs1 = states[:, :obs_size], states[:, obs_size : 2 * obs_size]
+    return torch.isclose(obs0[:, 0:2] + obs0[:, 4:6], obs1[:, 0:2], atol=1e-5).all(dim=-1)
+
+
+def test_one_index_set_is_drawn_for_every_memory():
+    env = spread(num_envs=4, num_agents=3, continuous=True, seed=0)
+    agent = make_agent(env, {"batch_size": 128, "learning_starts": 10**9}, env_states=False)
+    drive(agent, env, 40)
+    obs_size = env.observation_space("agent_0").shape[0]
+
+    seen = []
+    critic = agent.models["agent_0"]["critic"]
+    compute = critic.compute
+
+    def spy(inputs, role=""):
+        seen.append(inputs["states"].detach().clone())
+        return compute(inputs, role)
+
+    critic.compute = spy
+    agent._gradient_step()
+    assert seen and all(_consistent(states, obs_size).all() for states in seen)
+
+    # the check has teeth: memories sampled independently break the joint transitions
+    independent = {
+        uid: agent.memories[uid].sample(["observations"], batch_size=128)[0][0] for uid in env.possible_agents
+    }
+    mixed = torch.cat([independent[uid] for uid in env.possible_agents], dim=-1)
+    assert not _consistent(mixed, obs_size).all()
+
+
+@pytest.mark.parametrize("time_limit_bootstrap", [False, True])
+def test_critic_target_matches_hand_computation(time_limit_bootstrap):
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=1)
+    cfg = {
+        "batch_size": 32,
+        "discount_factor": 0.9,
+        "learning_starts": 10**9,
+        "time_limit_bootstrap": time_limit_bootstrap,
+    }
+    agent = make_agent(env, cfg)
+    drive(agent, env, 30)
+    generator = torch.Generator().manual_seed(0)
+    for uid in env.possible_agents:  # random rewards, some terminated and truncated rows, the same for every agent
+        memory = agent.memories[uid]
+        memory.tensors["rewards"].copy_(torch.randn(memory.tensors["rewards"].shape, generator=generator))
+    terminated = torch.rand(agent.memories["agent_0"].tensors["terminated"].shape, generator=generator) < 0.3
+    truncated = torch.rand(terminated.shape, generator=generator) < 0.2
+    for uid in env.possible_agents:
+        agent.memories[uid].tensors["terminated"].copy_(terminated)
+        agent.memories[uid].tensors["truncated"].copy_(truncated)
+    models = {uid: agent.models[uid] for uid in env.possible_agents}
+    # targets different from the online models, so the test sees which one is used
+    for uid in env.possible_agents:
+        for role in ("target_policy", "target_critic"):
+            with torch.no_grad():
+                for p in models[uid][role].parameters():
+                    p.add_(0.1 * torch.randn_like(p))
+    indexes = agent.sample_indexes()
+    batch = agent.sample_batch(indexes)
+
+    # by hand: y_i = r_i + gamma (1 - d_i) Q'_i(s', mu'_1(o'_1), mu'_2(o'_2)); L_i = mean over non-truncated rows
+    with torch.no_grad():
+        next_joint = torch.cat(
+            [
+                models[u]["target_policy"].net(batch[u]["next_observations"]).tanh()
+                for u in env.possible_agents  # DeterministicMLP on Box(-1, 1): tanh of the MLP
+            ],
+            dim=-1,
+        )
+        joint = torch.cat([batch[u]["actions"] for u in env.possible_agents], dim=-1)
+        expected = {}
+        for uid in env.possible_agents:
+            b = batch[uid]
+            q_next = models[uid]["target_critic"].net(torch.cat([b["next_states"], next_joint], dim=-1))
+            y = b["rewards"] + 0.9 * (1.0 - b["terminated"].float()) * q_next
+            q = models[uid]["critic"].net(torch.cat([b["states"], joint], dim=-1))
+            keep = torch.ones_like(b["truncated"].view(-1)) if time_limit_bootstrap else ~b["truncated"].view(-1)
+            expected[uid] = ((q - y) ** 2)[keep].mean()
+            torch.testing.assert_close(
+                td_target(rewards=b["rewards"], next_q_values=q_next, terminated=b["terminated"], discount_factor=0.9),
+                y,
+            )
+
+    agent.sample_indexes = lambda: indexes
+    agent.tracking_data.clear()
+    agent._gradient_step()
+    for uid in env.possible_agents:
+        assert agent.tracking_data[f"Loss / Critic loss ({uid})"][-1] == pytest.approx(expected[uid].item(), rel=1e-5)
+
+
+def test_targets_follow_polyak_after_each_gradient_step():
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    agent = make_agent(env, {"batch_size": 16, "polyak": 0.2, "learning_starts": 10**9})
+    drive(agent, env, 10)
+    models = agent.models["agent_1"]
+    assert torch.equal(params(models["target_critic"]), params(models["critic"]))  # hard copy at construction
+    before = {role: params(models[f"target_{role}"]) for role in ("policy", "critic")}
+    agent._gradient_step()
+    for role in ("policy", "critic"):
+        online, target = params(models[role]), params(models[f"target_{role}"])
+        assert not torch.equal(online, before[role])
+        torch.testing.assert_close(target, 0.2 * online + 0.8 * before[role], rtol=0, atol=1e-7)
+        assert all(not p.requires_grad for p in models[f"target_{role}"].parameters())
+
+
+def test_discrete_actor_gradient_flows_through_gumbel_into_the_acting_agent_only():
+    env = spread(num_envs=4, num_agents=3, continuous=False)
+    agent = make_agent(env, {"batch_size": 32, "learning_starts": 10**9})
+    drive(agent, env, 20)
+    batch = agent.sample_batch()
+    taken = {u: agent._encode_actions(u, batch[u]["actions"]) for u in env.possible_agents}
+    assert torch.all(taken["agent_0"].sum(-1) == 1)  # one-hot for the critics
+    group = agent.group_of["agent_1"]
+    for uid in env.possible_agents:
+        for p in agent.models[uid]["policy"].parameters():
+            p.grad = None
+    loss, _ = agent._actor_loss(group, batch, taken=taken)
+    loss.backward()
+    grads = {uid: [p.grad for p in agent.models[uid]["policy"].parameters()] for uid in env.possible_agents}
+    assert all(g is not None for g in grads["agent_1"]) and sum(g.abs().sum() for g in grads["agent_1"]) > 0
+    assert all(g is None for uid in ("agent_0", "agent_2") for g in grads[uid])
+
+
+def test_discrete_actions_are_integers_sampled_in_training_and_greedy_in_evaluation():
+    env = spread(num_envs=64, num_agents=2, continuous=False)
+    agent = make_agent(env)
+    agent.init()
+    obs, _ = env.reset()
+    agent.enable_training_mode(True)
+    actions, _ = agent.act(obs, env.state(), timestep=0, timesteps=1)
+    assert actions["agent_0"].shape == (64, 1) and not actions["agent_0"].is_floating_point()
+    agent.enable_training_mode(False)
+    greedy, outputs = agent.act(obs, env.state(), timestep=0, timesteps=1)
+    logits = agent.models["agent_0"]["policy"].net(obs["agent_0"])
+    assert torch.equal(greedy["agent_0"].view(-1), logits.argmax(-1))
+    assert torch.equal(outputs["mean_actions"]["agent_0"], greedy["agent_0"])
+
+
+def test_continuous_noise_in_training_only_clipped_and_scheduled():
+    env = spread(num_envs=256, num_agents=2, continuous=True)
+    cfg = {
+        "exploration_noise": GaussianNoise(mean=0.0, std=2.0),
+        "exploration_initial_scale": 1.0,
+        "exploration_final_scale": 0.0,
+        "exploration_timesteps": 100,
+    }
+    agent = make_agent(env, cfg)
+    agent.init()
+    obs, _ = env.reset()
+    mu = agent.models["agent_0"]["policy"].act({"observations": obs["agent_0"]}, role="policy")[0]
+    agent.enable_training_mode(True)
+    noisy, _ = agent.act(obs, env.state(), timestep=0, timesteps=100)
+    assert noisy["agent_0"].abs().max() <= 1.0 and (noisy["agent_0"].abs() == 1.0).any()  # clipped to Box(-1, 1)
+    assert not torch.allclose(noisy["agent_0"], mu)
+    late, _ = agent.act(obs, env.state(), timestep=100, timesteps=100)  # scale 0 at exploration_timesteps
+    torch.testing.assert_close(late["agent_0"], mu)
+    agent.enable_training_mode(False)
+    greedy, outputs = agent.act(obs, env.state(), timestep=0, timesteps=100)
+    torch.testing.assert_close(greedy["agent_0"], mu)
+    assert outputs["mean_actions"]["agent_0"] is greedy["agent_0"]
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_random_timesteps_act_uniformly_then_the_policy_acts(continuous):
+    env = spread(num_envs=512, num_agents=2, continuous=continuous)
+    agent = make_agent(env, {"random_timesteps": 5, "exploration_initial_scale": 0.0})
+    agent.init()
+    agent.enable_training_mode(True)
+    obs, _ = env.reset()
+    policy = agent.models["agent_0"]["policy"]
+    random, _ = agent.act(obs, env.state(), timestep=4, timesteps=10)
+    after, _ = agent.act(obs, env.state(), timestep=5, timesteps=10)
+    if continuous:
+        mu = policy.act({"observations": obs["agent_0"]}, role="policy")[0]
+        assert random["agent_0"].min() < -0.9 and random["agent_0"].max() > 0.9  # uniform on Box(-1, 1)
+        torch.testing.assert_close(after["agent_0"], mu)
+    else:
+        assert set(random["agent_0"].view(-1).tolist()) == set(range(5))
+        assert after["agent_0"].shape == (512, 1)
+
+
+def test_masked_agents_contribute_zero_gradient():
+    env = spread(num_envs=4, num_agents=2, continuous=True, agent_masks=True)
+    agent = make_agent(env, {"batch_size": 32, "learning_starts": 10**9})
+    drive(agent, env, 30)
+    assert agent.memories["agent_0"].tensors["agent_mask"].dtype == torch.bool
+    agent.memories["agent_1"].tensors["agent_mask"].fill_(False)  # agent_1 dead in every stored step
+    batch = agent.sample_batch()
+    taken = {u: agent._encode_actions(u, batch[u]["actions"]) for u in env.possible_agents}
+    joint_next, next_states = agent._next_joint_action(batch)
+    for uid in env.possible_agents:
+        group = agent.group_of[uid]
+        critic_loss, _ = agent._critic_loss(
+            group,
+            batch,
+            joint_taken=agent._joint(taken),
+            joint_next=joint_next,
+            next_critic_states=next_states[id(group)],
+        )
+        actor_loss, _ = agent._actor_loss(group, batch, taken=taken)
+        for model in (group.critic, group.policy):
+            model.zero_grad(set_to_none=False)
+        (critic_loss + actor_loss).backward()
+        norm = sum(p.grad.abs().sum() for m in (group.critic, group.policy) for p in m.parameters())
+        assert (norm == 0) == (uid == "agent_1")
+    # through a whole gradient step: the dead agent's models do not move, the live one's do
+    before = {uid: params(agent.models[uid]["policy"]) for uid in env.possible_agents}
+    agent._gradient_step()
+    assert torch.equal(params(agent.models["agent_1"]["policy"]), before["agent_1"])
+    assert not torch.equal(params(agent.models["agent_0"]["policy"]), before["agent_0"])
+
+
+def test_shared_models_form_one_group():
+    env = spread(num_envs=4, num_agents=3, continuous=True)
+    agent = make_agent(env, {"batch_size": 16, "learning_starts": 5}, shared=True)
+    assert len(agent.groups) == 1 and agent.groups[0].uids == env.possible_agents
+    before = params(agent.models["agent_0"]["policy"])
+    drive(agent, env, 10)
+    assert not torch.equal(params(agent.models["agent_2"]["policy"]), before)
+    assert set(agent.tracking_data) >= {"Loss / Critic loss (agent_2)", "Q-network / Q (agent_0) (max)"}
+
+
+# ---------------------------------------------------------------- learning
+
+
+def _train(env, agent, steps):
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
+
+
+@pytest.mark.slow
+def test_learns_continuous_spread():
+    # the default config; 3 agents, 16 envs, 1500 steps (24k frames), about 30 s on one core: greedy return
+    # -9.02 / -8.61 / -8.74 with seeds 0 / 1 / 2 (zero action -25.9, random -26.6, straight to the goal -6.0)
+    torch.manual_seed(0)
+    env = spread(num_envs=16, num_agents=3, continuous=True, seed=0)
+    agent = make_agent(env, {}, memories=make_memories(env, 1000), hidden=(64, 64))
+    _train(env, agent, 1500)
+    assert evaluate(agent, 3, continuous=True) > -12.0
+
+
+@pytest.mark.slow
+def test_learns_discrete_spread():
+    # discrete moves (stay, +-x, +-y) through the Gumbel-softmax actor; the default config, 2 agents, 16 envs,
+    # 1000 steps, about 15-20 s on one core: greedy return -7.75 / -7.72 / -7.54 with seeds 0 / 1 / 2
+    torch.manual_seed(0)
+    env = spread(num_envs=16, num_agents=2, continuous=False, seed=0)
+    agent = make_agent(env, {}, memories=make_memories(env, 1000), hidden=(64, 64))
+    _train(env, agent, 1000)
+    assert evaluate(agent, 2, continuous=False) > -12.0
+
+
+# ---------------------------------------------------------------- drop-in use
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+@pytest.mark.parametrize("trainer_cls", [SequentialTrainer, StepTrainer])
+def test_default_config_trains_and_evaluates_through_trainers(trainer_cls, continuous):
+    env = spread(num_envs=4, num_agents=2, continuous=continuous)
+    models = make_models(env)
+    agent = MADDPG(
+        possible_agents=env.possible_agents,
+        models=models,
+        memories=make_memories(env),
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg={},
+    )
+    assert agent.cfg.batch_size == MADDPG_CFG().batch_size
+    before = params(models["agent_0"]["policy"])
+    trainer = trainer_cls(env=env, agents=agent, cfg={"timesteps": 12, "headless": True, "disable_progressbar": True})
+    if trainer_cls is StepTrainer:
+        for _ in range(12):
+            trainer.train()
+        for _ in range(3):
+            trainer.eval()
+    else:
+        trainer.train()
+        trainer.eval()
+    assert not torch.equal(params(models["agent_0"]["policy"]), before)
+    assert len(agent.memories["agent_0"]) == 12 * env.num_envs  # evaluation stores nothing
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_round_trip(tmp_path):
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    cfg = {
+        "batch_size": 16,
+        "mixed_precision": True,
+        "observation_preprocessor": RunningStandardScaler,
+        "state_preprocessor": RunningStandardScaler,
+        "learning_rate_scheduler": torch.optim.lr_scheduler.StepLR,
+        "learning_rate_scheduler_kwargs": {"step_size": 3, "gamma": 0.5},
+        "exploration_noise": OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0),
+    }
+    agent = drive(make_agent(env, cfg), env, 10)
+    path = str(tmp_path / "agent.pt")
+    agent.save(path)
+    fresh = make_agent(env, cfg)
+    fresh.load(path)
+    for uid in env.possible_agents:
+        modules, loaded = agent.checkpoint_modules[uid], fresh.checkpoint_modules[uid]
+        assert (
+            set(modules)
+            == set(loaded)
+            >= {
+                "policy",
+                "target_policy",
+                "critic",
+                "target_critic",
+                "policy_optimizer",
+                "critic_optimizer",
+                "policy_scheduler",
+                "critic_scheduler",
+                "observation_preprocessor",
+                "state_preprocessor",
+                "scaler",
+            }
+        )
+        for role in ("policy", "target_policy", "critic", "target_critic"):
+            assert torch.equal(params(modules[role]), params(loaded[role]))
+        for name in ("policy_optimizer", "critic_optimizer"):
+            a, b = modules[name].state_dict(), loaded[name].state_dict()
+            assert a["param_groups"] == b["param_groups"]
+            for key, state in a["state"].items():
+                for k, v in state.items():
+                    assert torch.equal(torch.as_tensor(v), torch.as_tensor(b["state"][key][k]))
+        assert modules["policy_scheduler"].state_dict() == loaded["policy_scheduler"].state_dict()
+        for name in ("observation_preprocessor", "state_preprocessor"):
+            for k, v in modules[name].state_dict().items():
+                assert torch.equal(v, loaded[name].state_dict()[k])
+    assert agent.scaler.state_dict()["_growth_tracker"] == 10  # ten unscaled-finite steps were counted
+    assert str(agent.scaler.state_dict()) == str(fresh.scaler.state_dict())
+    assert agent.groups[0].policy_optimizer.param_groups[0]["lr"] == 1e-3 / 8  # stepped 10 times, halved every 3
+    # the loaded agent goes on training
+    drive(fresh, env, 3)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _bad_critic(env):
+    models = make_models(env)
+    for uid in env.possible_agents:  # sized with the agent's own action space instead of the joint one
+        for role in ("critic", "target_critic"):
+            models[uid][role] = QMLP(state_space=env.state_space(uid), action_space=env.action_space(uid))
+    return models
+
+
+def _gaussian_policy(env):
+    models = make_models(env)
+    space = env.action_space("agent_0")
+    models["agent_0"]["policy"] = GaussianMLP(observation_space=env.observation_space("agent_0"), action_space=space)
+    return models
+
+
+def _without(env, role):
+    models = make_models(env)
+    del models["agent_1"][role]
+    return models
+
+
+def _same_target(env):
+    models = make_models(env)
+    models["agent_0"]["target_policy"] = models["agent_0"]["policy"]
+    return models
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda env: {"cfg": {"batch_szie": 8}}, "unknown config key 'batch_szie'. Did you mean 'batch_size'"),
+        (lambda env: {"cfg": {"batch_size": 0}}, "cfg.batch_size must be a positive integer"),
+        (lambda env: {"cfg": {"actor_learning_rate": 0.0}}, "cfg.actor_learning_rate must be > 0"),
+        (lambda env: {"cfg": {"critic_learning_rate": -1.0}}, "cfg.critic_learning_rate must be > 0"),
+        (lambda env: {"cfg": {"polyak": 1.5}}, "cfg.polyak must be >= 0.0 and <= 1.0"),
+        (lambda env: {"cfg": {"gumbel_temperature": 0}}, "cfg.gumbel_temperature must be > 0"),
+        (lambda env: {"cfg": {"exploration_noise": GaussianNoise}}, "must be a noise instance"),
+        (lambda env: {"models": _without(env, "target_critic")}, "models\\['agent_1'\\] has no 'target_critic' model"),
+        (lambda env: {"models": _bad_critic(env)}, "joint action size 4"),
+        (lambda env: {"models": _gaussian_policy(env)}, "must be a DeterministicMixin model"),
+        (lambda env: {"models": _same_target(env)}, "one object as policy and target_policy"),
+        (lambda env: {"memories": None}, "replay memory per agent"),
+        (lambda env: {"memories": dict.fromkeys(env.possible_agents, RandomMemory(memory_size=8))}, "same memory"),
+    ],
+)
+def test_bad_input_is_refused_at_construction(build, match):
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    kwargs = build(env)
+    if "memories" in kwargs and kwargs["memories"] is None:
+        kwargs["memories"] = {}
+    with pytest.raises(ValueError, match=match):
+        make_agent(env, **kwargs)
+
+
+def test_memories_with_the_wrong_num_envs_are_refused():
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    agent = make_agent(env, memories={uid: RandomMemory(memory_size=8, num_envs=3) for uid in env.possible_agents})
+    with pytest.raises(ValueError, match="num_envs=3 but the env gives 4"):
+        drive(agent, env, 1)
+
+
+# ---------------------------------------------------------------- distributed
+
+
+def _gloo_worker(rank: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(100 + rank)  # different initial weights per rank: the broadcast must fix that
+        env = spread(num_envs=4, num_agents=2, continuous=True, seed=10 + rank)  # different data per rank
+        cfg = {"batch_size": 16, "state_preprocessor": RunningStandardScaler}
+        agent = make_agent(env, cfg)
+        agent.init()
+        initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
+        drive(agent, env, 8)
+        flat = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
+        torch.save({"initial": initial, "params": flat}, f"{out_dir}/result{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_gloo_ranks_agree_bitwise(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_gloo_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    results = [torch.load(tmp_path / f"result{r}.pt") for r in range(2)]
+    assert torch.equal(results[0]["initial"], results[1]["initial"])  # broadcast at construction, targets copied
+    assert not torch.equal(results[0]["initial"], results[0]["params"])  # it trained
+    assert torch.equal(results[0]["params"], results[1]["params"])  # on different data, through the all-reduce
