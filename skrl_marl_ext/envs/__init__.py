@@ -1,5 +1,22 @@
-"""Environments: a small built-in cooperative env for tests and demos."""
+"""Environments: VMAS and batched PettingZoo wrappers, an episode recorder, and a small built-in env.
 
+The VMAS and PettingZoo wrappers import their packages only when an env is made, so both extras stay optional.
+"""
+
+from skrl_marl_ext.envs.pettingzoo_batched import BatchedParallelEnvWrapper, make_pettingzoo_env
+from skrl_marl_ext.envs.recorder import EpisodeRecorder
+from skrl_marl_ext.envs.registry import make_env
 from skrl_marl_ext.envs.spread import SpreadEnv, make_spread_env
+from skrl_marl_ext.envs.vmas_env import VmasWrapper, make_vmas_env, to_gymnasium_space
 
-__all__ = ["SpreadEnv", "make_spread_env"]
+__all__ = [
+    "BatchedParallelEnvWrapper",
+    "EpisodeRecorder",
+    "SpreadEnv",
+    "VmasWrapper",
+    "make_env",
+    "make_pettingzoo_env",
+    "make_spread_env",
+    "make_vmas_env",
+    "to_gymnasium_space",
+]

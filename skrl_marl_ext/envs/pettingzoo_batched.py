@@ -1,0 +1,280 @@
+"""N copies of a PettingZoo ``ParallelEnv`` stepped as one batch of ``(num_envs, ...)`` tensors.
+
+skrl's own ``PettingZooWrapper`` wraps one env (``num_envs == 1``), which skrl's ``SequentialTrainer`` refuses for
+multi-agents. :class:`BatchedParallelEnvWrapper` holds ``num_envs`` copies, steps them one after another (PettingZoo
+envs are Python objects; there is nothing to vectorize), stacks the results and resets each copy when its episode
+ends, so the observations returned by ``step`` are those of the new episode for a copy that was reset.
+
+What the agents see:
+
+- Observations ``{agent: (num_envs, obs_size)}`` float32 (flattened with skrl's space utilities). An agent absent
+  from a copy (dead, not yet joined) gets zeros there.
+- ``infos["agent_mask"][agent]``: bool ``(num_envs, 1)``, True where the agent acted in the step (it was in the
+  copy's ``agents`` before the step). :mod:`skrl_marl_ext`'s agents drop transitions where it is False.
+- Action masks: an observation space ``Dict(observation=..., action_mask=...)`` (PettingZoo's convention) is exposed
+  as the ``observation`` part only, and the mask goes to ``infos["action_mask"][agent]``, bool ``(num_envs, n)``,
+  for the observations returned (a mask in the env's per-agent ``infos`` is taken the same way). Absent agents get
+  all-True masks.
+- Rewards ``(num_envs, 1)``: 0 where the agent is absent. ``terminated``/``truncated`` ``(num_envs, 1)``: an agent
+  absent from a copy counts as terminated there, so a copy's episode has ended exactly where every agent is
+  terminated or truncated.
+- The global state is the env's ``state()`` when it has ``state_space`` (e.g. mpe2), shape ``(num_envs, state_size)``;
+  otherwise there is none (None), and only IPPO-style critics can be used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
+from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
+
+from skrl_marl_ext.agents.on_policy import AGENT_MASK_KEY
+from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY
+
+
+def _split_action_mask(space: gymnasium.Space) -> tuple[gymnasium.Space, bool]:
+    """``(observation part, has_mask)`` of an observation space (``Dict(observation, action_mask)`` convention)."""
+    if isinstance(space, gymnasium.spaces.Dict) and ACTION_MASK_KEY in space.spaces:
+        rest = {key: value for key, value in space.spaces.items() if key != ACTION_MASK_KEY}
+        if list(rest) == ["observation"]:
+            return rest["observation"], True
+        return gymnasium.spaces.Dict(rest), True
+    return space, False
+
+
+class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
+    def __init__(
+        self,
+        env_fn: Callable[[], Any],
+        num_envs: int,
+        *,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        """``num_envs`` copies of a PettingZoo ``ParallelEnv`` as one skrl multi-agent env (see the module docstring).
+
+        :param env_fn: Makes one ``ParallelEnv``; called ``num_envs`` times.
+        :param num_envs: Number of copies.
+        :param device: Device of the returned tensors.
+        :param seed: Copy ``i`` is reset with seed ``seed + i`` at the first :meth:`reset` (None: unseeded).
+
+        :raises ValueError: If ``num_envs < 1`` or ``env_fn`` does not make a ParallelEnv.
+        """
+        if num_envs < 1:
+            raise ValueError(f"BatchedParallelEnvWrapper: num_envs must be >= 1, got {num_envs}")
+        envs = [env_fn() for _ in range(num_envs)]
+        if not hasattr(envs[0], "possible_agents") or not hasattr(envs[0], "step"):
+            raise ValueError(
+                "BatchedParallelEnvWrapper: env_fn must return a PettingZoo ParallelEnv (e.g. module.parallel_env); "
+                f"got {type(envs[0]).__name__}"
+            )
+        super().__init__(envs[0])
+        self._device = torch.device(device)
+        self.envs = envs
+        self._num_envs = num_envs
+        self._seed = seed
+        first = envs[0]
+        self._possible_agents = list(first.possible_agents)
+        raw_spaces = {uid: first.observation_space(uid) for uid in self._possible_agents}
+        self._observation_spaces, self._has_mask = {}, {}
+        for uid, space in raw_spaces.items():
+            self._observation_spaces[uid], self._has_mask[uid] = _split_action_mask(space)
+        self._action_spaces = {uid: first.action_space(uid) for uid in self._possible_agents}
+        self._state_space = getattr(first, "state_space", None)
+        self._zeros = {
+            uid: np.zeros(compute_space_size(space, occupied_size=True), dtype=np.float32)
+            for uid, space in self._observation_spaces.items()
+        }
+        self._observations: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        self._masks: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+
+    # ----------------------------------------------------------------- spaces
+
+    @property
+    def possible_agents(self) -> list[str]:
+        return self._possible_agents
+
+    @property
+    def agents(self) -> list[str]:
+        return self._possible_agents
+
+    @property
+    def num_envs(self) -> int:
+        return self._num_envs
+
+    @property
+    def observation_spaces(self) -> dict[str, gymnasium.Space]:
+        return self._observation_spaces
+
+    @property
+    def action_spaces(self) -> dict[str, gymnasium.Space]:
+        return self._action_spaces
+
+    @property
+    def state_spaces(self) -> dict[str, gymnasium.Space | None]:
+        return {uid: self._state_space for uid in self._possible_agents}
+
+    # ----------------------------------------------------------------- helpers
+
+    def _split(self, index: int, observations: dict[str, Any], infos: dict[str, Any]) -> None:
+        """Store copy ``index``'s observations (mask split off) and action masks."""
+        obs, masks = {}, {}
+        for uid, value in observations.items():
+            if self._has_mask[uid]:
+                masks[uid] = value[ACTION_MASK_KEY]
+                value = {key: v for key, v in value.items() if key != ACTION_MASK_KEY}
+                value = value["observation"] if list(value) == ["observation"] else value
+            elif isinstance(infos.get(uid), dict) and ACTION_MASK_KEY in infos[uid]:
+                masks[uid] = infos[uid][ACTION_MASK_KEY]
+            obs[uid] = value
+        self._observations[index], self._masks[index] = obs, masks
+
+    def _reset_copy(self, index: int, seed: int | None = None) -> None:
+        observations, infos = self.envs[index].reset(seed=seed)
+        self._split(index, observations, infos)
+
+    def _stack_observations(self) -> dict[str, torch.Tensor]:
+        result = {}
+        for uid in self._possible_agents:
+            space = self._observation_spaces[uid]
+            rows = []
+            for obs in self._observations:
+                value = obs.get(uid)
+                if value is None:
+                    rows.append(self._zeros[uid])
+                else:
+                    flat = flatten_tensorized_space(tensorize_space(space, value, device="cpu"))
+                    rows.append(flat.reshape(-1).numpy())
+            result[uid] = torch.as_tensor(np.stack(rows), dtype=torch.float32, device=self.device)
+        return result
+
+    def _infos(self) -> dict[str, Any]:
+        """``{"action_mask": {agent: (num_envs, n) bool}}`` for the current observations, if the env has masks."""
+        if not any(self._masks):
+            return {}
+        masks = {}
+        for uid in self._possible_agents:
+            space = self._action_spaces[uid]
+            if not isinstance(space, gymnasium.spaces.Discrete):
+                continue
+            full = np.ones(int(space.n), dtype=bool)
+            rows = [np.asarray(m.get(uid, full), dtype=bool).reshape(-1) for m in self._masks]
+            masks[uid] = torch.as_tensor(np.stack(rows), device=self.device)
+        return {ACTION_MASK_KEY: masks}
+
+    # ----------------------------------------------------------------- interaction
+
+    def reset(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Reset every copy. :return: ``(observations, infos)`` (``infos`` holds the action masks, if any)."""
+        for index in range(self._num_envs):
+            seed = None if self._seed is None else self._seed + index
+            self._reset_copy(index, seed)
+        self._seed = None  # seed only the first reset: later episodes continue each copy's random stream
+        return self._stack_observations(), self._infos()
+
+    def _numpy_action(self, uid: str, action: torch.Tensor) -> Any:
+        space = self._action_spaces[uid]
+        if isinstance(space, gymnasium.spaces.Discrete):
+            return action.reshape(-1).long().cpu().numpy()
+        if isinstance(space, gymnasium.spaces.Box):
+            return action.reshape(self._num_envs, *space.shape).cpu().numpy().clip(space.low, space.high)
+        return action.reshape(self._num_envs, -1).cpu().numpy()
+
+    def step(self, actions: dict[str, torch.Tensor]):
+        """Step every copy; a copy whose agents are all done is reset (see the module docstring for the outputs).
+
+        :param actions: ``{agent: (num_envs, action_size)}``; ``(num_envs, 1)`` integers for Discrete spaces.
+
+        :return: ``(observations, rewards, terminated, truncated, infos)``.
+        """
+        n, agents = self._num_envs, self._possible_agents
+        numpy_actions = {uid: self._numpy_action(uid, actions[uid]) for uid in agents}
+        rewards = np.zeros((len(agents), n), dtype=np.float32)
+        terminated = np.ones((len(agents), n), dtype=bool)  # absent agents count as terminated
+        truncated = np.zeros((len(agents), n), dtype=bool)
+        acted = np.zeros((len(agents), n), dtype=bool)
+        for index, env in enumerate(self.envs):
+            live = list(env.agents)
+            step_actions = {uid: numpy_actions[uid][index] for uid in live}
+            observations, step_rewards, step_terminated, step_truncated, infos = env.step(step_actions)
+            for a, uid in enumerate(agents):
+                if uid in live:
+                    acted[a, index] = True
+                    rewards[a, index] = step_rewards.get(uid, 0.0)
+                    terminated[a, index] = bool(step_terminated.get(uid, False))
+                    truncated[a, index] = bool(step_truncated.get(uid, False)) and not terminated[a, index]
+            if env.agents:
+                self._split(index, observations, infos)
+            else:
+                self._reset_copy(index)
+
+        def per_agent(array: np.ndarray, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+            tensor = torch.as_tensor(array, dtype=dtype, device=self.device)
+            return {uid: tensor[a].view(-1, 1) for a, uid in enumerate(agents)}
+
+        infos = self._infos()
+        infos[AGENT_MASK_KEY] = per_agent(acted, torch.bool)
+        return (
+            self._stack_observations(),
+            per_agent(rewards, torch.float32),
+            per_agent(terminated, torch.bool),
+            per_agent(truncated, torch.bool),
+            infos,
+        )
+
+    def state(self) -> dict[str, torch.Tensor | None]:
+        """The env's global state ``(num_envs, state_size)`` (one tensor for every agent), or None without one."""
+        if self._state_space is None:
+            return {uid: None for uid in self._possible_agents}
+        rows = [np.asarray(env.state(), dtype=np.float32).reshape(-1) for env in self.envs]
+        state = torch.as_tensor(np.stack(rows), device=self.device)
+        return {uid: state for uid in self._possible_agents}
+
+    def render(self, *args, **kwargs) -> Any:
+        render = getattr(self.envs[0], "render", None)  # the first copy only
+        return render() if render is not None else None
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def make_pettingzoo_env(
+    module: str,
+    *,
+    num_envs: int = 8,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    **env_kwargs,
+) -> BatchedParallelEnvWrapper:
+    """Batch ``num_envs`` copies of the PettingZoo env ``module.parallel_env(**env_kwargs)``.
+
+    :param module: Importable module with a ``parallel_env`` function, e.g. ``"mpe2.simple_spread_v3"`` or
+        ``"pettingzoo.butterfly.cooperative_pong_v5"``.
+    :param num_envs: Number of copies.
+    :param device: Device of the returned tensors.
+    :param seed: Seed of the first reset (copy ``i`` gets ``seed + i``).
+    :param env_kwargs: Arguments of ``parallel_env`` (e.g. ``N=3, max_cycles=25, continuous_actions=True``).
+
+    :raises ImportError: If the module (or its package) is not installed; the message says what to install.
+    :raises ValueError: If the module has no ``parallel_env``.
+    """
+    try:
+        imported = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        package = module.split(".")[0]
+        hint = "pip install 'skrl-marl-ext[mpe]'" if package == "mpe2" else f"pip install {package}"
+        raise ImportError(f"cannot import PettingZoo env module '{module}' ({e.msg}); install it: {hint}") from None
+    if not hasattr(imported, "parallel_env"):
+        raise ValueError(
+            f"'{module}' has no parallel_env(); give a PettingZoo env module such as mpe2.simple_spread_v3"
+        )
+    return BatchedParallelEnvWrapper(
+        lambda: imported.parallel_env(**env_kwargs), num_envs=num_envs, device=device, seed=seed
+    )

@@ -1,0 +1,52 @@
+"""Env specs as the command line writes them: ``vmas:<scenario>``, ``pettingzoo:<module>``, ``builtin:<name>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
+
+BUILTIN_ENVS = ("spread",)
+KINDS = ("vmas", "pettingzoo", "builtin")
+
+
+def make_env(
+    spec: str,
+    *,
+    num_envs: int,
+    device: str | torch.device = "cpu",
+    seed: int | None = None,
+    **kwargs: Any,
+) -> MultiAgentEnvWrapper:
+    """Make the skrl multi-agent env that ``spec`` names.
+
+    :param spec: ``"vmas:<scenario>"`` (e.g. ``vmas:balance``), ``"pettingzoo:<module>"`` (a module with
+        ``parallel_env``, e.g. ``pettingzoo:mpe2.simple_spread_v3``) or ``"builtin:spread"``.
+    :param num_envs: Number of envs stepped as one batch.
+    :param device: Device of the returned tensors (and of the simulation, for VMAS and builtin envs).
+    :param seed: Seed of the env.
+    :param kwargs: Passed to the env: the VMAS scenario, ``parallel_env`` or :class:`SpreadEnv`.
+
+    :raises ValueError: On a malformed spec or an unknown kind/name (the message says what to type).
+    :raises ImportError: When the env's package is missing (the message says what to install).
+    """
+    kind, _, name = spec.partition(":")
+    if not name or kind not in KINDS:
+        raise ValueError(
+            f"bad env '{spec}': write vmas:<scenario> (e.g. vmas:balance), pettingzoo:<module> "
+            "(e.g. pettingzoo:mpe2.simple_spread_v3) or builtin:spread"
+        )
+    if kind == "vmas":
+        from skrl_marl_ext.envs.vmas_env import make_vmas_env
+
+        return make_vmas_env(name, num_envs=num_envs, device=device, seed=seed, **kwargs)
+    if kind == "pettingzoo":
+        from skrl_marl_ext.envs.pettingzoo_batched import make_pettingzoo_env
+
+        return make_pettingzoo_env(name, num_envs=num_envs, device=device, seed=seed, **kwargs)
+    if name not in BUILTIN_ENVS:
+        raise ValueError(f"unknown builtin env '{name}'; builtin envs: {', '.join(BUILTIN_ENVS)}")
+    from skrl_marl_ext.envs.spread import make_spread_env
+
+    return make_spread_env(num_envs=num_envs, device=device, seed=seed, **kwargs)

@@ -1,0 +1,247 @@
+"""skrl's YAML ``Runner``, resolving ``agent: class: MAPPO|IPPO|MADDPG`` to this package's agents.
+
+skrl's :class:`skrl.utils.runner.torch.Runner` maps class names to classes through a hard-coded table, so a YAML
+file written for skrl (an Isaac Lab ``skrl_mappo_cfg.yaml``, say, 1.x key names included) always builds skrl's own
+MAPPO. :class:`Runner` is that Runner with the multi-agent entries pointing here. Everything else (model
+instantiators, ``RandomMemory``, ``SequentialTrainer``, the 1.x key mapping, preprocessor resolution) is skrl's.
+
+Additions, all optional in the YAML:
+
+- Model classes ``PolicyMLP`` (for MAPPO/IPPO a Gaussian policy for Box actions; for MADDPG a deterministic one; a
+  masked categorical policy for Discrete actions in both), ``GaussianMLP``, ``CategoricalMLP``, ``ValueMLP``,
+  ``DeterministicMLP`` and ``QMLP`` from :mod:`skrl_marl_ext.models`, besides skrl's ``GaussianMixin``/
+  ``DeterministicMixin``/... instantiators. Their other keys are the classes' arguments.
+- ``models: share_across_agents: true``: agents with equal observation, state and action spaces get the *same* model
+  objects (parameter sharing), which this package's agents train as one batch.
+- MADDPG: the ``critic`` (and ``target_critic``) models are built with ``state_space`` the env's state space (the
+  agents' observations concatenated when the env has none) and ``action_space`` the joint action space
+  (:func:`~skrl_marl_ext.models.joint_action_space`), so skrl's instantiators size ``concatenate([STATES,
+  ACTIONS])`` right (``ACTIONS`` is ``inputs["taken_actions"]``). ``target_policy``/``target_critic`` sections may be left out: they copy ``policy``/
+  ``critic``. ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
+  ``exploration_noise_kwargs`` (skrl 2.x DDPG keys) becomes the noise instance MADDPG takes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium
+import numpy as np
+from skrl.envs.wrappers.torch import MultiAgentEnvWrapper
+from skrl.utils.runner.torch import Runner as SkrlRunner
+from skrl.utils.spaces.torch import compute_space_size
+
+from skrl_marl_ext.agents import IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
+from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, ValueMLP, joint_action_space
+
+ALGORITHM_NAMES = ("mappo", "ippo", "maddpg")
+"""Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
+
+CRITIC_ROLES = ("critic", "target_critic")
+"""MADDPG roles that read the global state and the joint action."""
+
+
+def load_algorithm(name: str) -> tuple[type, type]:
+    """``(agent class, config class)`` of one of :data:`ALGORITHM_NAMES` (MADDPG is imported only here).
+
+    :raises ValueError: On another name, or when MADDPG cannot be imported (the message says so in one line).
+    """
+    key = name.lower()
+    if key == "mappo":
+        return MAPPO, MAPPO_CFG
+    if key == "ippo":
+        return IPPO, IPPO_CFG
+    if key == "maddpg":
+        try:
+            from skrl_marl_ext import MADDPG, MADDPG_CFG
+        except ImportError:
+            try:
+                from skrl_marl_ext.agents.maddpg import MADDPG
+                from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
+            except ImportError as e:
+                raise ValueError(f"MADDPG is not available in this installation of skrl_marl_ext ({e})") from None
+        return MADDPG, MADDPG_CFG
+    raise ValueError(f"unknown algorithm '{name}'; choose one of {', '.join(ALGORITHM_NAMES)}")
+
+
+SHARE_KEY = "share_across_agents"
+
+
+def policy_mlp(*, observation_space, action_space, state_space=None, device=None, deterministic=False, **kwargs):
+    """A :class:`~skrl_marl_ext.models.GaussianMLP` for Box actions, a :class:`CategoricalMLP` for Discrete.
+
+    :param deterministic: Box actions get a :class:`~skrl_marl_ext.models.DeterministicMLP` (MADDPG) instead.
+
+    :param kwargs: Arguments of the chosen class (``initial_log_std`` is dropped for Discrete actions).
+
+    :raises ValueError: On another action space.
+    """
+    if isinstance(action_space, gymnasium.spaces.Box) and deterministic:
+        cls = DeterministicMLP
+        for key in ("initial_log_std", "clip_actions", "clip_log_std", "min_log_std", "max_log_std"):
+            kwargs.pop(key, None)
+    elif isinstance(action_space, gymnasium.spaces.Box):
+        cls = GaussianMLP
+    elif isinstance(action_space, gymnasium.spaces.Discrete):
+        cls = CategoricalMLP
+        kwargs.pop("initial_log_std", None)
+        kwargs.pop("clip_actions", None)
+    else:
+        raise ValueError(f"PolicyMLP: action space {action_space} is neither Box nor Discrete; give a model class")
+    return cls(
+        observation_space=observation_space, action_space=action_space, state_space=state_space, device=device, **kwargs
+    )
+
+
+def deterministic_policy_mlp(**kwargs):
+    """:func:`policy_mlp` for MADDPG: a :class:`~skrl_marl_ext.models.DeterministicMLP` for Box actions."""
+    return policy_mlp(deterministic=True, **kwargs)
+
+
+_MODELS = {
+    "policymlp": policy_mlp,
+    "gaussianmlp": GaussianMLP,
+    "categoricalmlp": CategoricalMLP,
+    "valuemlp": ValueMLP,
+    "deterministicmlp": DeterministicMLP,
+    "qmlp": QMLP,
+}
+
+
+class Runner(SkrlRunner):
+    def __init__(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], *, verbose: bool = False) -> None:
+        """skrl's Runner with ``MAPPO``/``IPPO``/``MADDPG`` resolved to :mod:`skrl_marl_ext` (see the module docstring).
+
+        :param env: A skrl multi-agent env wrapper.
+        :param cfg: The configuration, as :meth:`load_cfg_from_yaml` reads it.
+        :param verbose: Print the models' source (skrl's instantiators only).
+
+        :raises ValueError: If ``cfg`` has no ``agent: class:`` or names an agent this package does not provide.
+        """
+        name = str((cfg.get("agent") or {}).get("class", "")).lower()
+        if name not in ALGORITHM_NAMES:
+            raise ValueError(
+                f"Runner: agent.class '{(cfg.get('agent') or {}).get('class')}' is not one of this package's agents; "
+                f"use one of {', '.join(n.upper() for n in ALGORITHM_NAMES)} (skrl's own agents: "
+                "skrl.utils.runner.torch.Runner)"
+            )
+        self._algorithm = name
+        self._classes = load_algorithm(name)
+        super().__init__(env, cfg, verbose=verbose)
+
+    def _component(self, name: str) -> Any:
+        key = name.lower()
+        if key == self._algorithm:
+            return self._classes[0]
+        if key == f"{self._algorithm}_cfg":
+            return self._classes[1]
+        if key in ALGORITHM_NAMES or (key.endswith("_cfg") and key[:-4] in ALGORITHM_NAMES):
+            return load_algorithm(key.removesuffix("_cfg"))[key.endswith("_cfg")]
+        if key == "policymlp" and self._algorithm == "maddpg":
+            return deterministic_policy_mlp
+        if key in _MODELS:
+            return _MODELS[key]
+        return super()._component(name)
+
+    def _generate_models(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        cfg = copy.deepcopy(cfg)
+        models_cfg = cfg.setdefault("models", {})
+        share = bool(models_cfg.pop(SHARE_KEY, False))
+        if models_cfg.get("separate") is None:
+            models_cfg["separate"] = True
+        if self._algorithm == "maddpg":
+            models = self._generate_maddpg_models(env, models_cfg)
+        else:
+            models = super()._generate_models(env, cfg)
+        return _share_models(env, models) if share else models
+
+    def _generate_maddpg_models(self, env: MultiAgentEnvWrapper, models_cfg: dict[str, Any]) -> dict[str, dict]:
+        """Per agent ``policy``, ``target_policy``, ``critic``, ``target_critic`` (see the module docstring)."""
+        if not models_cfg.pop("separate", True):
+            raise ValueError("Runner: MADDPG needs separate models (models: separate: True)")
+        for role in ("policy", "critic"):
+            if not isinstance(models_cfg.get(role), dict) or not models_cfg[role].get("class"):
+                raise ValueError(f"Runner: MADDPG needs a 'models: {role}:' section with a 'class'")
+        roles = {
+            "policy": models_cfg["policy"],
+            "target_policy": models_cfg.get("target_policy") or models_cfg["policy"],
+            "critic": models_cfg["critic"],
+            "target_critic": models_cfg.get("target_critic") or models_cfg["critic"],
+        }
+        unknown = sorted(set(models_cfg) - set(roles))
+        if unknown:
+            raise ValueError(
+                f"Runner: MADDPG models are policy, target_policy, critic, target_critic; got also {unknown}"
+            )
+        joint = joint_action_space(env.action_spaces, env.possible_agents)
+        states = [env.state_spaces.get(uid) for uid in env.possible_agents]
+        if all(space is not None for space in states):
+            critic_states = dict(zip(env.possible_agents, states, strict=True))
+        else:  # MADDPG then feeds its critics every observation concatenated
+            size = sum(
+                compute_space_size(env.observation_spaces[uid], occupied_size=True) for uid in env.possible_agents
+            )
+            space = gymnasium.spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
+            critic_states = {uid: space for uid in env.possible_agents}
+        models: dict[str, dict[str, Any]] = {}
+        for uid in env.possible_agents:
+            models[uid] = {}
+            for role, role_cfg in roles.items():
+                kwargs = self._process_cfg(copy.deepcopy(role_cfg))  # drops "class"
+                critic = role in CRITIC_ROLES
+                models[uid][role] = self._component(role_cfg["class"])(
+                    observation_space=env.observation_spaces[uid],
+                    state_space=critic_states[uid] if critic else env.state_spaces.get(uid),
+                    action_space=joint if critic else env.action_spaces[uid],
+                    device=env.device,
+                    **kwargs,
+                )
+                models[uid][role].init_state_dict(role=role)
+        return models
+
+    def _generate_agent(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], models: dict[str, dict[str, Any]]):
+        if self._algorithm != "maddpg":
+            return super()._generate_agent(env, cfg, models)
+        memory_cfg = cfg.get("memory") or {}
+        if not memory_cfg.get("class"):
+            raise ValueError("Runner: MADDPG needs a 'memory:' section with a 'class' (e.g. RandomMemory)")
+        if not isinstance(memory_cfg.get("memory_size"), int) or memory_cfg["memory_size"] < 1:
+            raise ValueError(
+                "Runner: MADDPG needs memory.memory_size, the replay memory's rows per env (e.g. 10000), got "
+                f"{memory_cfg.get('memory_size')!r}"
+            )
+        memory_class = self._component(memory_cfg["class"])
+        memories = {
+            uid: memory_class(num_envs=env.num_envs, device=env.device, **self._process_cfg(memory_cfg))
+            for uid in env.possible_agents
+        }
+        agent_cfg = self._process_cfg(cfg["agent"])
+        noise = agent_cfg.get("exploration_noise")
+        noise_kwargs = agent_cfg.pop("exploration_noise_kwargs", {}) or {}
+        if isinstance(noise, type):  # skrl 2.x DDPG YAML: a class and its kwargs
+            agent_cfg["exploration_noise"] = noise(**{"device": env.device, **noise_kwargs})
+        agent_class, _ = self._classes
+        return agent_class(
+            possible_agents=env.possible_agents,
+            models=models,
+            memories=memories,
+            observation_spaces=env.observation_spaces,
+            state_spaces=env.state_spaces,
+            action_spaces=env.action_spaces,
+            device=env.device,
+            cfg=agent_cfg,
+        )
+
+
+def _share_models(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Agents whose spaces equal an earlier agent's take that agent's model objects."""
+    owners: list[tuple[tuple, str]] = []
+    for uid in env.possible_agents:
+        key = (env.observation_spaces[uid], env.state_spaces[uid], env.action_spaces[uid])
+        owner = next((o for k, o in owners if k == key), None)
+        if owner is None:
+            owners.append((key, uid))
+        else:
+            models[uid] = models[owner]
+    return models

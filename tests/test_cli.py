@@ -1,0 +1,147 @@
+"""The skrl-marl command: a short train run end to end, eval of its checkpoint, one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+import torch
+from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
+
+from skrl_marl_ext import cli
+
+
+def _train(tmp_path, *extra):
+    argv = ["train", "--timesteps", "120", "--num-envs", "4", "--out", str(tmp_path), "--no-progress", *extra]
+    assert cli.main(argv) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def test_train_writes_checkpoint_plot_and_episodes_then_eval_loads(tmp_path, capsys):
+    pytest.importorskip("vmas")
+    run_dir = _train(tmp_path)  # the defaults: MAPPO on vmas:balance
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("skrl-marl: trained mappo on vmas:balance for 480 frames")
+    checkpoint = run_dir / "checkpoints" / "final.pt"
+    plot = run_dir / "learning_curve.png"
+    assert str(checkpoint) in summary and str(plot) in summary
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 5000
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(run_dir))
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["algo"], run["env"], run["num_envs"], run["config"]["agent"]["class"]) == (
+        "mappo",
+        "vmas:balance",
+        4,
+        "MAPPO",
+    )
+    with open(run_dir / "episodes.csv") as file:
+        rows = list(csv.DictReader(file))
+    # balance episodes last 100 steps (or end earlier when the package falls): every env finished at least one
+    assert len(rows) >= 4 and all(int(r["step"]) <= 120 and int(r["frames"]) == 4 * int(r["step"]) for r in rows)
+    assert all(r["agent_0"] == r["agent_2"] for r in rows)  # balance's reward is shared
+
+    def evaluate():
+        assert cli.main(["eval", "--checkpoint", str(checkpoint), "--episodes", "3"]) == 0
+        return capsys.readouterr().out.strip().splitlines()
+
+    lines = evaluate()
+    assert lines[0].startswith("skrl-marl: 3 deterministic episodes of mappo on vmas:balance")
+    table = {line.split(":")[0].strip(): line.split(":")[1].split("+-") for line in lines[1:]}
+    assert list(table) == ["agent_0", "agent_1", "agent_2", "team"]
+    team = float(table["team"][0])
+    assert team == pytest.approx(sum(float(table[f"agent_{i}"][0]) for i in range(3)), abs=3e-3)
+    assert evaluate() == lines  # deterministic actions, same seed: the same episodes
+    # the run directory works as --checkpoint too
+    assert cli.main(["eval", "--checkpoint", str(run_dir), "--episodes", "3"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[1:] == lines[1:]
+
+
+def test_ippo_shared_policy_on_builtin_env(tmp_path, capsys):
+    run_dir = _train(tmp_path, "--algo", "ippo", "--env", "builtin:spread", "--shared-policy")
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["config"]["models"]["share_across_agents"] is True
+    modules = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    # one shared policy: every agent's saved policy weights are identical
+    first = modules["policy"]["agent_0"] if "policy" in modules else modules["agent_0"]["policy"]
+    other = modules["policy"]["agent_2"] if "policy" in modules else modules["agent_2"]["policy"]
+    assert all(torch.equal(first[k], other[k]) for k in first)
+
+
+def test_maddpg_train_and_eval(tmp_path, capsys):
+    from skrl_marl_ext.runner import load_algorithm
+
+    try:
+        load_algorithm("maddpg")
+    except ValueError:
+        pytest.skip("MADDPG is not in this installation")
+    run_dir = _train(tmp_path, "--algo", "maddpg", "--env", "builtin:spread", "--env-arg", "continuous=false")
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["config"]["agent"]["class"] == "MADDPG" and run["env_kwargs"] == {"continuous": False}
+    modules = torch.load(run_dir / "checkpoints" / "final.pt", weights_only=False)
+    assert {"policy", "target_policy", "critic", "target_critic"} <= set(modules["agent_1"])
+    capsys.readouterr()
+    assert cli.main(["eval", "--checkpoint", str(run_dir), "--episodes", "4"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("skrl-marl: 4 deterministic episodes of maddpg on builtin:spread")
+    assert [line.split(":")[0].strip() for line in lines[1:]] == ["agent_0", "agent_1", "agent_2", "team"]
+
+
+def test_config_file_sets_algo_and_timesteps(tmp_path, capsys):
+    config = os.path.join(os.path.dirname(__file__), os.pardir, "examples", "ippo.yaml")
+    argv = ["train", "--config", config, "--env", "builtin:spread", "--num-envs", "4"]
+    assert cli.main([*argv, "--out", str(tmp_path), "--no-progress", "--timesteps", "60"]) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert (run["algo"], run["timesteps"], run["config"]["agent"]["rollouts"]) == ("ippo", 60, 50)
+    assert cli.main([*argv, "--algo", "mappo"]) == 2  # --algo contradicts the config
+    assert "agent.class IPPO" in capsys.readouterr().err
+
+
+def test_missing_maddpg_is_one_line(monkeypatch, capsys):
+    import sys
+
+    import skrl_marl_ext
+
+    monkeypatch.delattr(skrl_marl_ext, "MADDPG", raising=False)
+    monkeypatch.setitem(sys.modules, "skrl_marl_ext.agents.maddpg", None)  # import fails
+    assert cli.main(["train", "--algo", "maddpg"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "MADDPG is not available" in err
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train", "--algo", "sac"], "--algo sac: unknown algorithm; choose one of mappo, ippo"),
+        (["train", "--env", "gym:CartPole"], "write vmas:<scenario>"),
+        (["train", "--env", "builtin:nope"], "builtin envs: spread"),
+        (["train", "--env", "vmas:no_such_scenario"], "valid scenarios: "),
+        (["train", "--env", "pettingzoo:not_a_package.env"], "install it: pip install not_a_package"),
+        (["train", "--env-arg", "nokeyvalue"], "write KEY=VALUE"),
+        (["train", "--device", "gpu0"], "not a torch device"),
+        (["train", "--config", "/no/such.yaml"], "no such file"),
+        (["eval", "--checkpoint", "/no/such/run"], "expected a run directory"),
+    ],
+)
+def test_bad_input_is_one_line(argv, expected, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and expected in err and "Traceback" not in err
+
+
+def test_missing_extra_says_what_to_install(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vmas" else real(name, *a))
+    assert cli.main(["train"]) == 2
+    assert "pip install 'skrl-marl-ext[vmas]'" in capsys.readouterr().err
+
+
+def test_mappo_on_env_without_state_points_to_ippo(tmp_path, capsys):
+    # dying_env (in tests/) is a ParallelEnv without state()
+    assert cli.main(["train", "--env", "pettingzoo:dying_env", "--out", str(tmp_path)]) == 2
+    assert "use --algo ippo" in capsys.readouterr().err
