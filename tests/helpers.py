@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from skrl.memories.torch import RandomMemory
 
-from skrl_marl_ext import IPPO, MAPPO
+from skrl_marl_ext import IPPO, MADDPG, MAPPO, joint_action_space
 from skrl_marl_ext.envs import make_spread_env
-from skrl_marl_ext.models import CategoricalMLP, GaussianMLP, ValueMLP
+from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, ValueMLP
 
 QUIET = {"write_interval": 0, "checkpoint_interval": 0}
 
@@ -53,6 +54,45 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
         device=env.device,
         cfg=cfg,
         **kwargs,
+    )
+
+
+def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None):
+    """Per-agent (or shared) policy, target policy, critic and target critic; critics sized for the joint action."""
+    joint = joint or joint_action_space(env.action_spaces, env.possible_agents)
+
+    def build(uid):
+        cls = CategoricalMLP if hasattr(env.action_space(uid), "n") else DeterministicMLP
+
+        def policy():
+            return cls(
+                observation_space=env.observation_space(uid), action_space=env.action_space(uid), hidden_sizes=hidden
+            )
+
+        def critic():
+            return QMLP(state_space=env.state_space(uid), action_space=joint, hidden_sizes=hidden)
+
+        return {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+
+    if shared:
+        models = build(env.possible_agents[0])
+        return {uid: models for uid in env.possible_agents}
+    return {uid: build(uid) for uid in env.possible_agents}
+
+
+def make_maddpg(env, *, models=None, memories=None, cfg=None, memory_size=100):
+    cfg = dict(cfg or {})
+    cfg.setdefault("experiment", QUIET)
+    return MADDPG(
+        possible_agents=env.possible_agents,
+        models=models or make_maddpg_models(env),
+        memories=memories
+        or {uid: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for uid in env.possible_agents},
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg=cfg,
     )
 
 

@@ -11,14 +11,15 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import make_agent, params, spread
+from helpers import make_agent, make_maddpg, make_maddpg_models, params, spread
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from skrl.resources.noises.torch import GaussianNoise, OrnsteinUhlenbeckNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
 
-from skrl_marl_ext import MAPPO_CFG, ValueNorm
+from skrl_marl_ext import MADDPG_CFG, MAPPO_CFG, ValueNorm
 from skrl_marl_ext.models import CategoricalMLP, GaussianMLP, ValueMLP, agent_id_space
 
 NUM_ENVS, NUM_AGENTS = 4, 2
@@ -112,3 +113,61 @@ def test_on_policy_trains_with_any_config(cfg, algo, family, shared):
     assert torch.isfinite(after).all()
     if cfg["kl_threshold"] == 0.0:  # an early stop may (rightly) skip the whole update
         assert not torch.equal(before, after)
+
+
+MADDPG_FIELDS = {
+    "experiment": st.just({"write_interval": 0, "checkpoint_interval": 0}),
+    "gradient_steps": st.integers(1, 2),
+    "batch_size": st.integers(1, 32),
+    "discount_factor": st.floats(0.0, 1.0),
+    "polyak": st.floats(0.0, 1.0),
+    "actor_learning_rate": st.floats(1e-5, 1e-2),
+    "critic_learning_rate": st.floats(1e-5, 1e-2),
+    "learning_rate_scheduler": st.sampled_from([None, torch.optim.lr_scheduler.LinearLR]),
+    "learning_rate_scheduler_kwargs": st.just({}),  # filled in to fit the drawn scheduler
+    "observation_preprocessor": st.sampled_from([None, RunningStandardScaler]),
+    "observation_preprocessor_kwargs": st.just({}),
+    "state_preprocessor": st.sampled_from([None, RunningStandardScaler]),
+    "state_preprocessor_kwargs": st.just({}),
+    "random_timesteps": st.integers(0, 4),
+    "learning_starts": st.integers(0, 4),
+    "grad_norm_clip": st.sampled_from([0.0, 0.5]),
+    "exploration_noise": st.sampled_from(["none", "gaussian", "ou"]),  # instantiated per run (noises hold state)
+    "exploration_initial_scale": st.floats(0.0, 1.0),
+    "exploration_final_scale": st.floats(0.0, 1.0),
+    "exploration_timesteps": st.sampled_from([None, 8]),
+    "gumbel_temperature": st.floats(0.1, 2.0),
+    "time_limit_bootstrap": st.booleans(),
+    "rewards_shaper": st.sampled_from([None, _shaper]),
+    "mixed_precision": st.booleans(),
+}
+
+
+def test_every_maddpg_field_is_drawn():
+    assert set(MADDPG_FIELDS) == {f.name for f in dataclasses.fields(MADDPG_CFG)}
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(cfg=st.fixed_dictionaries(MADDPG_FIELDS), continuous=st.booleans(), shared=st.booleans())
+@pytest.mark.slow
+def test_maddpg_trains_with_any_config(cfg, continuous, shared):
+    cfg = dict(cfg)
+    if cfg["learning_rate_scheduler"] is not None:
+        cfg["learning_rate_scheduler_kwargs"] = {"start_factor": 1.0, "end_factor": 0.5, "total_iters": 4}
+    noise = cfg["exploration_noise"]
+    cfg["exploration_noise"] = {
+        "none": None,
+        "gaussian": GaussianNoise(mean=0.0, std=0.2, device="cpu"),
+        "ou": OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0, device="cpu"),
+    }[noise]
+    env = spread(num_envs=NUM_ENVS, num_agents=NUM_AGENTS, continuous=continuous)
+    agent = make_maddpg(env, models=make_maddpg_models(env, shared=shared), cfg=cfg, memory_size=32)
+    before = torch.cat([params(agent.models[uid]["critic"]) for uid in env.possible_agents])
+    SequentialTrainer(
+        env=env, agents=agent, cfg={"timesteps": 12, "headless": True, "disable_progressbar": True}
+    ).train()
+    after = torch.cat([params(agent.models[uid]["critic"]) for uid in env.possible_agents])
+    assert torch.isfinite(after).all()
+    for uid in env.possible_agents:
+        assert torch.isfinite(params(agent.models[uid]["policy"])).all()
+    assert not torch.equal(before, after)  # learning starts within 12 steps whatever was drawn

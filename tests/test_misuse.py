@@ -8,44 +8,11 @@ from __future__ import annotations
 
 import gymnasium
 import pytest
-from helpers import QUIET, drive, make_agent, make_models, spread
+from helpers import drive, make_agent, make_maddpg, make_maddpg_models, make_models, spread
 from skrl.memories.torch import RandomMemory
 
-from skrl_marl_ext import MADDPG, MAPPO, joint_action_space
-from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, ValueMLP
-
-
-def maddpg_models(env, joint=None):
-    joint = joint or joint_action_space(env.action_spaces, env.possible_agents)
-
-    def build(uid):
-        cls = CategoricalMLP if hasattr(env.action_space(uid), "n") else DeterministicMLP
-
-        def policy():
-            return cls(
-                observation_space=env.observation_space(uid), action_space=env.action_space(uid), hidden_sizes=(16,)
-            )
-
-        def critic():
-            return QMLP(state_space=env.state_space(uid), action_space=joint, hidden_sizes=(16,))
-
-        return {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
-
-    return {uid: build(uid) for uid in env.possible_agents}
-
-
-def maddpg(env, models=None, memories=None, cfg=None):
-    return MADDPG(
-        possible_agents=env.possible_agents,
-        models=models or maddpg_models(env),
-        memories=memories or {uid: RandomMemory(memory_size=100, num_envs=env.num_envs) for uid in env.possible_agents},
-        observation_spaces=env.observation_spaces,
-        state_spaces=env.state_spaces,
-        action_spaces=env.action_spaces,
-        device=env.device,
-        cfg=dict(cfg or {}, experiment=QUIET),
-    )
-
+from skrl_marl_ext import MADDPG, MAPPO
+from skrl_marl_ext.models import CategoricalMLP, GaussianMLP, ValueMLP
 
 CASES = {}
 
@@ -145,64 +112,64 @@ def mappo_gamma_gt1():
 
 @case("no 'target_critic'")
 def maddpg_no_target_critic():
-    m = maddpg_models(env)
+    m = make_maddpg_models(env)
     del m["agent_0"]["target_critic"]
-    return maddpg(env, models=m)
+    return make_maddpg(env, models=m)
 
 
 @case("models\\['agent_1'\\] has no 'critic'")
 def maddpg_no_critic():
-    m = maddpg_models(env)
+    m = make_maddpg_models(env)
     del m["agent_1"]["critic"]
-    return maddpg(env, models=m)
+    return make_maddpg(env, models=m)
 
 
 @case("critic.*taken_actions")
 def maddpg_critic_one_agent_action():
-    return maddpg(env, models=maddpg_models(env, joint=env.action_space("agent_0")))
+    return make_maddpg(env, models=make_maddpg_models(env, joint=env.action_space("agent_0")))
 
 
 @case("cfg.batch_size must be a positive integer")
 def maddpg_zero_batch():
-    return maddpg(env, cfg={"batch_size": 0})
+    return make_maddpg(env, cfg={"batch_size": 0})
 
 
 @case("cfg.actor_learning_rate must be > 0")
 def maddpg_neg_actor_lr():
-    return maddpg(env, cfg={"actor_learning_rate": -1e-3})
+    return make_maddpg(env, cfg={"actor_learning_rate": -1e-3})
 
 
 @case("unknown config key 'batchsize'. Did you mean 'batch_size'")
 def maddpg_unknown_key():
-    return maddpg(env, cfg={"batchsize": 3})
+    return make_maddpg(env, cfg={"batchsize": 3})
 
 
 @case("keys \\['bob'\\] are not agents")
 def maddpg_unknown_agent():
-    return maddpg(env, cfg={"discount_factor": {"agent_0": 0.9, "agent_1": 0.9, "agent_2": 0.9, "bob": 0.9}})
+    return make_maddpg(env, cfg={"discount_factor": {"agent_0": 0.9, "agent_1": 0.9, "agent_2": 0.9, "bob": 0.9}})
 
 
 @case("num_envs=3.*num_envs=env.num_envs")
 def maddpg_memories_wrong_num_envs():
-    a = maddpg(env, memories={u: RandomMemory(memory_size=100, num_envs=3) for u in env.possible_agents})
+    a = make_maddpg(env, memories={u: RandomMemory(memory_size=100, num_envs=3) for u in env.possible_agents})
     return a
 
 
 @case("Discrete.*CategoricalMixin")
 def maddpg_gaussian_on_discrete():
     denv = spread(num_envs=4, continuous=False)
-    m = maddpg_models(denv)
+    m = make_maddpg_models(denv)
     m["agent_0"]["policy"] = GaussianMLP(
         observation_space=denv.observation_space("agent_0"), action_space=gymnasium.spaces.Box(-1, 1, (1,))
     )
-    return maddpg(denv, models=m)
+    return make_maddpg(denv, models=m)
 
 
 @case("replay memory per agent")
 def maddpg_no_memories():
     return MADDPG(
         possible_agents=env.possible_agents,
-        models=maddpg_models(env),
+        models=make_maddpg_models(env),
         memories=None,
         observation_spaces=env.observation_spaces,
         state_spaces=env.state_spaces,
@@ -219,7 +186,7 @@ def mappo_agent_id_unsized():
 
 @case("cfg.polyak")
 def maddpg_polyak_gt1():
-    return maddpg(env, cfg={"polyak": 2.0})
+    return make_maddpg(env, cfg={"polyak": 2.0})
 
 
 LATE = {"ippo_memories_wrong_num_envs", "maddpg_memories_wrong_num_envs"}

@@ -12,7 +12,7 @@ import multiprocessing
 
 import pytest
 import torch
-from helpers import QUIET, drive, make_agent, make_models, params, spread
+from helpers import QUIET, drive, make_agent, make_maddpg, make_models, params, spread
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
@@ -183,3 +183,16 @@ def test_without_the_injected_inf_the_same_run_moves_the_parameters():
     before = params(agent.policies["agent_0"])
     drive(agent, env, 4)
     assert not torch.equal(before, params(agent.policies["agent_0"]))
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_maddpg_same_seed_gives_bitwise_identical_training(continuous):
+    def run():
+        torch.manual_seed(5)
+        env = spread(num_envs=4, num_agents=2, continuous=continuous, seed=5)
+        agent = make_maddpg(env, cfg={"batch_size": 16, "random_timesteps": 4})
+        _train(env, agent, 24)
+        return _all_params(agent)
+
+    first, second = run(), run()
+    assert torch.equal(first, second)
