@@ -56,6 +56,7 @@ ON_POLICY_FIELDS = {
     "mixed_precision": st.booleans(),
     "huber_delta": st.sampled_from([0.0, 1.0, 10.0]),
     "agent_id_input": st.booleans(),
+    "non_finite": st.sampled_from(["raise", "skip"]),
 }
 
 
@@ -140,6 +141,7 @@ MADDPG_FIELDS = {
     "time_limit_bootstrap": st.booleans(),
     "rewards_shaper": st.sampled_from([None, _shaper]),
     "mixed_precision": st.booleans(),
+    "non_finite": st.sampled_from(["raise", "skip"]),
 }
 
 

@@ -5,7 +5,7 @@ import copy
 import gymnasium
 import pytest
 import torch
-from helpers import QUIET, params, spread
+from helpers import QUIET, drive, params, spread
 from skrl.memories.torch import RandomMemory
 from skrl.resources.noises.torch import GaussianNoise, OrnsteinUhlenbeckNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
@@ -74,36 +74,6 @@ def make_agent(env, cfg=None, *, models=None, memories=None, env_states=True, **
         device=env.device,
         cfg=cfg,
     )
-
-
-def drive(agent, env, steps, *, training=True):
-    """Run ``steps`` env steps through the agent's lifecycle (what skrl's trainers do)."""
-    agent.init()
-    agent.enable_training_mode(training)
-    obs, infos = env.reset()
-    states = env.state()
-    for t in range(steps):
-        agent.pre_interaction(timestep=t, timesteps=steps)
-        with torch.no_grad():
-            actions, _ = agent.act(obs, states, timestep=t, timesteps=steps)
-            next_obs, rewards, term, trunc, infos = env.step(actions)
-            next_states = env.state()
-            agent.record_transition(
-                observations=obs,
-                states=states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_obs,
-                next_states=next_states,
-                terminated=term,
-                truncated=trunc,
-                infos=infos,
-                timestep=t,
-                timesteps=steps,
-            )
-        agent.post_interaction(timestep=t, timesteps=steps)
-        obs, states = next_obs, next_states
-    return agent
 
 
 def evaluate(agent, num_agents, *, continuous, steps=100, num_envs=128):

@@ -196,3 +196,54 @@ def test_maddpg_same_seed_gives_bitwise_identical_training(continuous):
 
     first, second = run(), run()
     assert torch.equal(first, second)
+
+
+# ---------------------------------------------------------------- NaN / inf at run time
+
+
+def _poison(env, *, step, uid, key, env_index=2):
+    """Make the env's ``step``-th step return NaN in ``key`` ("rewards" or "observations") of agent ``uid``."""
+    original, count = env.step, {"n": 0}
+
+    def poisoned_step(actions):
+        obs, rewards, terminated, truncated, infos = original(actions)
+        if count["n"] == step:
+            target = dict(rewards if key == "rewards" else obs)
+            target[uid] = target[uid].clone()
+            target[uid][env_index] = float("nan")
+            obs, rewards = (obs, target) if key == "rewards" else (target, rewards)
+        count["n"] += 1
+        return obs, rewards, terminated, truncated, infos
+
+    env.step = poisoned_step
+
+
+def _agent(algo, env, **cfg):
+    if algo == "maddpg":
+        return make_maddpg(env, cfg={"batch_size": 8, **cfg})
+    return make_agent(env, algo, cfg={"rollouts": 4, "mini_batches": 2, "experiment": QUIET, **cfg})
+
+
+@pytest.mark.parametrize("key", ["rewards", "observations"])
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "maddpg"])
+def test_non_finite_input_is_refused_naming_agent_and_tensor(algo, key):
+    env = spread(num_envs=4, num_agents=2)
+    _poison(env, step=1, uid="agent_1", key=key)
+    agent = _agent(algo, env)
+    with pytest.raises(ValueError, match=rf"non-finite \w*{key} .*agent 'agent_1'"):
+        drive(agent, env, 8)
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "maddpg"])
+def test_non_finite_input_is_skipped_counted_and_never_reaches_the_parameters(algo):
+    env = spread(num_envs=4, num_agents=2)
+    _poison(env, step=1, uid="agent_1", key="rewards")
+    _poison(env, step=2, uid="agent_0", key="observations")
+    agent = _agent(algo, env, non_finite="skip")
+    before = _all_params(agent)
+    drive(agent, env, 8)
+    after = _all_params(agent)
+    assert torch.isfinite(after).all()
+    assert not torch.equal(before, after)
+    skipped = [v for k, values in agent.tracking_data.items() if "Non-finite" in k for v in values]
+    assert skipped and skipped[-1] >= 2

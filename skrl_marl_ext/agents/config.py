@@ -69,8 +69,17 @@ class MarlCfg(MultiAgentCfg):
     A dict whose keys are not agent names (an empty ``*_kwargs`` dict, say) is one value shared by all agents.
     """
 
-    shared_fields: ClassVar[tuple[str, ...]] = ("experiment",)
+    shared_fields: ClassVar[tuple[str, ...]] = ("experiment", "non_finite")
     """Fields that always hold one value for all agents (never expanded per agent)."""
+
+    non_finite: str = "raise"
+    """What to do with NaN or inf in rewards, observations or states (one value for all agents).
+
+    ``"raise"`` (default): stop with an error naming the agent, the tensor and the step; nothing is learned from it.
+    ``"skip"``: the affected (step, env, agent) samples are masked out of every loss and statistic, their values are
+    zeroed in storage, and their number is tracked as ``Stats / Non-finite samples skipped``. On-policy agents check
+    once per update; MADDPG checks each stored step.
+    """
 
     def expand(self, *, possible_agents: list[str], immutable: list[str] | None = None) -> None:
         """Turn every per-agent field into a ``{agent_name: value}`` dict (in place).
@@ -111,6 +120,12 @@ class MarlCfg(MultiAgentCfg):
         """The value of field ``name`` for agent ``uid`` (after :meth:`expand`)."""
         value = getattr(self, name)
         return value if name in self.shared_fields else value[uid]
+
+
+def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raise a ValueError naming ``name`` when ``value`` is not one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{owner}: cfg.{name} must be one of {list(choices)}, got {value!r}")
 
 
 def check_range(owner: str, name: str, value: Any, *, low=None, high=None, low_open=False) -> None:

@@ -196,6 +196,7 @@ class MADDPG(MultiAgent):
             self._set_up_group(group)
         self._create_memory_tensors()
         self._checked_num_envs = False
+        self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
 
     # ------------------------------------------------------------------ construction
 
@@ -573,6 +574,7 @@ class MADDPG(MultiAgent):
                 return torch.zeros(num_envs, size, dtype=dtype, device=self.device)
             return x.reshape(num_envs, -1).to(dtype)
 
+        per_agent = {}
         for uid in self.possible_agents:
             present = uid in observations
             mask = torch.full((num_envs, 1), present, dtype=torch.bool, device=self.device)
@@ -595,7 +597,44 @@ class MADDPG(MultiAgent):
                 size = self.memories[uid].tensors["states"].shape[-1]
                 samples["states"] = get(states, uid, size)
                 samples["next_states"] = get(next_states, uid, size)
+            per_agent[uid] = samples
+        self._refuse_or_skip_non_finite(per_agent)
+        for uid, samples in per_agent.items():
             self.memories[uid].add_samples(**samples)
+
+    def _refuse_or_skip_non_finite(self, per_agent: dict[str, dict[str, torch.Tensor]]) -> None:
+        """NaN/inf in rewards, observations or states: an error naming agent and tensor, or (``cfg.non_finite="skip"``)
+        the rows are zeroed and masked out of both losses. One host sync per step (raise) or none (skip).
+
+        A zeroed row still enters the other agents' critics as part of the joint state and action, as a dead agent's
+        zero row does; only its own losses and statistics leave it out.
+        """
+        # inputs first: a NaN observation also makes the action (and, through the env, later rewards) non-finite
+        keys = ("observations", "states", "next_observations", "next_states", "rewards", "actions")
+        bad = {
+            uid: {k: ~torch.isfinite(samples[k]).all(dim=1) for k in keys if k in samples}
+            for uid, samples in per_agent.items()
+        }
+        if self.cfg.non_finite == "skip":
+            for uid, samples in per_agent.items():
+                rows = torch.stack(list(bad[uid].values())).any(dim=0)  # (num_envs,)
+                for k in bad[uid]:
+                    samples[k] = torch.where(torch.isfinite(samples[k]), samples[k], 0.0)
+                samples["agent_mask"] = samples["agent_mask"] & ~rows.view(-1, 1)
+                self._non_finite_skipped += rows.sum()
+            return
+        flags = torch.stack([flag.any() for tensors in bad.values() for flag in tensors.values()])
+        if not bool(flags.any()):
+            return
+        for uid, tensors in bad.items():
+            for key, rows in tensors.items():
+                if rows.any():
+                    env = int(rows.nonzero()[0])
+                    raise ValueError(
+                        f"{type(self).__name__}: non-finite {key} (NaN or inf) for agent '{uid}' in env {env}; "
+                        "refusing to store it. Fix the env, shape the rewards with cfg.rewards_shaper, or set "
+                        'cfg.non_finite="skip" to mask such samples out of learning'
+                    )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -611,6 +650,8 @@ class MADDPG(MultiAgent):
                     self._gradient_step()
                 self._online_training_mode(False)
             self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
+            if self.cfg.non_finite == "skip":
+                self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
         super().post_interaction(timestep=timestep, timesteps=timesteps)
 
     def _online_training_mode(self, enabled: bool) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from skrl_marl_ext.agents.config import MarlCfg, check_range
+from skrl_marl_ext.agents.config import MarlCfg, check_choice, check_range
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -20,6 +20,7 @@ class MADDPG_CFG(MarlCfg):
 
     shared_fields: ClassVar[tuple[str, ...]] = (
         "experiment",
+        "non_finite",
         "batch_size",
         "gradient_steps",
         "random_timesteps",
@@ -128,6 +129,7 @@ class MADDPG_CFG(MarlCfg):
 
     def validate(self, *, owner: str = "MADDPG") -> bool:
         """Check the value ranges; raise a ValueError naming the field and the accepted range."""
+        check_choice(owner, "non_finite", self.non_finite, ("raise", "skip"))
         for name in ("batch_size", "gradient_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -182,6 +182,7 @@ class OnPolicyAgent(MultiAgent):
         self.groups = self._build_groups()
         self.group_of = {uid: group for group in self.groups for uid in group.uids}
 
+        self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
         # one grad scaler for all groups: each group's step is a complete unscale/step/update iteration
         self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
 
@@ -268,7 +269,8 @@ class OnPolicyAgent(MultiAgent):
         if value_params:
             param_groups.append({"params": value_params, "lr": value_lr})
         group.parameters = [p for g in param_groups for p in g["params"]]
-        group.optimizer = torch.optim.Adam(param_groups)
+        # foreach: one multi-tensor kernel per step instead of a Python loop over the parameters (CPU's default)
+        group.optimizer = torch.optim.Adam(param_groups, foreach=True)
         if cfg["learning_rate_scheduler"]:
             group.scheduler = cfg["learning_rate_scheduler"](group.optimizer, **cfg["learning_rate_scheduler_kwargs"])
 
@@ -615,11 +617,14 @@ class OnPolicyAgent(MultiAgent):
             if self._rollout_step == self.cfg.rollouts:
                 self._rollout_step = 0
                 with ScopedTimer() as timer:
+                    self._check_finite(self.groups)
                     self.enable_models_training_mode(True)
                     for group in self.groups:
                         self._update_group(group, timestep=timestep, timesteps=timesteps)
                     self.enable_models_training_mode(False)
                 self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
+                if self.cfg.non_finite == "skip":
+                    self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
         super().post_interaction(timestep=timestep, timesteps=timesteps)
 
     def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
@@ -627,6 +632,7 @@ class OnPolicyAgent(MultiAgent):
 
         The agent calls this itself at the end of each rollout; agents of one group are updated together.
         """
+        self._check_finite([self.group_of[uid]])
         self._update_group(self.group_of[uid], timestep=timestep, timesteps=timesteps)
 
     def load(self, path: str) -> None:
@@ -638,31 +644,49 @@ class OnPolicyAgent(MultiAgent):
 
     # ------------------------------------------------------------------ update
 
-    def _check_finite(self, group: AgentGroup) -> None:
-        """Refuse to learn from NaN/inf rewards or inputs (one host sync per update)."""
-        b = group.buffers
-        bad = {
-            key: ~torch.isfinite(b[key]).flatten(2).all(dim=2)  # (T, G_or_1)
-            for key in ("rewards", "observations", "states")
-            if key in b
-        }
-        flags = torch.stack([v.any() for v in bad.values()])
-        if not bool(flags.any()):
+    def _check_finite(self, groups: list[AgentGroup]) -> None:
+        """NaN/inf in the rollout: an error naming the agent, the tensor and the step (default), or, with
+        ``cfg.non_finite="skip"``, the affected samples are zeroed and masked out of every loss and statistic.
+
+        One host sync per update (raise) or none (skip). The error names the earliest step over all groups, inputs
+        before what was computed from them (a NaN observation makes the action and, through the env, the team's
+        rewards non-finite too).
+        """
+        keys = ("observations", "states", "rewards", "actions", "log_prob", "values")
+        bad = [
+            {key: ~torch.isfinite(group.buffers[key]).all(dim=-1) for key in keys if key in group.buffers}
+            for group in groups
+        ]  # per group: (T, rows, N); states may have 1 row
+        if self.cfg.non_finite == "skip":
+            for group, flags_of in zip(groups, bad, strict=True):
+                b = group.buffers
+                rows = torch.zeros_like(b["agent_mask"][..., 0])  # (T, G, N)
+                for key, flags in flags_of.items():
+                    rows |= flags.expand_as(rows)
+                    b[key].nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                b["agent_mask"] &= ~rows.unsqueeze(-1)
+                self._non_finite_skipped += rows.sum()
             return
-        for key, mask in bad.items():
-            if mask.any():
-                step, row = (int(i) for i in mask.nonzero()[0])
-                who = "all agents" if key == "states" and group.shared_state else f"agent '{group.uids[row]}'"
-                raise ValueError(
-                    f"{type(self).__name__}: non-finite {key} (NaN or inf) for {who} at step {step} of the rollout; "
-                    "refusing to learn from them. Fix the env or shape the rewards with cfg.rewards_shaper"
-                )
+        if not bool(torch.stack([v.any() for flags_of in bad for v in flags_of.values()]).any()):
+            return
+        offences = []
+        for group, flags_of in zip(groups, bad, strict=True):
+            for order, (key, flags) in enumerate(flags_of.items()):
+                if flags.any():
+                    step, row, env = (int(i) for i in flags.nonzero()[0])
+                    who = "all agents" if key == "states" and group.shared_state else f"agent '{group.uids[row]}'"
+                    offences.append((step, order, key, who, env))
+        step, _, key, who, env = min(offences)
+        raise ValueError(
+            f"{type(self).__name__}: non-finite {key} (NaN or inf) for {who} at step {step} of the rollout, env {env}; "
+            "refusing to learn from them. Fix the env, shape the rewards with cfg.rewards_shaper, or set "
+            'cfg.non_finite="skip" to mask such samples out of learning'
+        )
 
     def _update_group(self, group: AgentGroup, *, timestep: int, timesteps: int) -> None:
         cfg, b = group.cfg, group.buffers
         policy, value = group.policy, group.value
         T, G, N = b["rewards"].shape[:3]
-        self._check_finite(group)
 
         # value of the observation after the last step, for the bootstrap
         with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
@@ -675,6 +699,10 @@ class OnPolicyAgent(MultiAgent):
             last_values, _ = value.act(self._value_inputs(group, obs, st), role="value")
             value.enable_training_mode(True)
             last_values = group.value_preprocessor(last_values, inverse=True).float().view(1, G, N, 1)
+            if self.cfg.non_finite == "skip":  # a non-finite next observation: no bootstrap from it, no last sample
+                finite = torch.isfinite(last_values)
+                b["agent_mask"][-1:] &= finite
+                last_values = torch.where(finite, last_values, 0.0)
 
         mask = b["agent_mask"]
         values = b["values"]
@@ -707,13 +735,19 @@ class OnPolicyAgent(MultiAgent):
         def per_agent(x: torch.Tensor) -> torch.Tensor:
             return x.transpose(0, 1).reshape(x.shape[1], T * N, x.shape[-1])
 
+        # a state shared by the whole group (and no agent id appended to it) stays one (T * N, size) tensor; each
+        # mini-batch gathers its rows once and broadcasts them to the G agents (no G-fold copy of the rollout)
+        shared_states = None
         with torch.no_grad():
+            if "states" in b and group.shared_state and not group.id_size and G > 1:
+                shared_states = group.state_preprocessor(per_agent(b["states"]).reshape(T * N, -1))
             obs, st = self._preprocess(
                 group,
                 per_agent(b["observations"]),
-                per_agent(b["states"]) if "states" in b else None,
+                per_agent(b["states"]) if "states" in b and shared_states is None else None,
             )
-        data = {
+        # the float tensors are packed into one (G, T * N, width) tensor: one gather per mini-batch, not eight
+        floats = {
             "observations": obs.view(G, T * N, -1),
             "states": st.view(G, T * N, -1) if st is not None else None,
             "actions": per_agent(b["actions"]),
@@ -721,8 +755,12 @@ class OnPolicyAgent(MultiAgent):
             "values": per_agent(values),
             "returns": per_agent(returns),
             "advantages": per_agent(advantages),
-            "mask": per_agent(mask),
         }
+        floats = {k: v for k, v in floats.items() if v is not None}
+        packed = torch.cat([v.float() for v in floats.values()], dim=-1)
+        widths = [v.shape[-1] for v in floats.values()]
+        # without masked transitions (the common case) every mean is a plain mean: no mask in the loss graph
+        data = {"mask": None if bool(mask.all()) else per_agent(mask)}
         if group.mask_in_observations:
             flat_obs = per_agent(b["observations"]).reshape(G * T * N, -1)
             data["action_mask"] = unflatten_tensorized_space(group.observation_space, flat_obs)[ACTION_MASK_KEY]
@@ -738,16 +776,19 @@ class OnPolicyAgent(MultiAgent):
             epoch_kl = []
             for indexes in torch.randperm(T * N, device=self.device).chunk(cfg["mini_batches"]):
                 batch = {k: (v[:, indexes] if v is not None else None) for k, v in data.items()}
+                batch.update(zip(floats, packed[:, indexes].split(widths, dim=-1), strict=True))
+                if shared_states is not None:
+                    batch["states"] = shared_states[indexes].unsqueeze(0).expand(G, -1, -1)
+                batch.setdefault("states", None)
                 B = indexes.shape[0]
 
-                def rows(x, n=G * B):
-                    return x.reshape(n, x.shape[-1]) if x is not None else None
+                def rows(x, n=G * B):  # contiguous: models may .view() their inputs
+                    return x.reshape(n, x.shape[-1]).contiguous() if x is not None else None
 
                 m = batch["mask"]
+                obs_rows, state_rows = rows(batch["observations"]), rows(batch["states"])  # one copy, two models
                 with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-                    inputs = self._policy_inputs(
-                        group, rows(batch["observations"]), rows(batch["states"]), rows(batch.get("action_mask"))
-                    )
+                    inputs = self._policy_inputs(group, obs_rows, state_rows, rows(batch.get("action_mask")))
                     inputs["taken_actions"] = rows(batch["actions"])
                     _, outputs = policy.act(inputs, role="policy")
                     log_prob = outputs["log_prob"].float().view(G, B, 1)
@@ -768,10 +809,10 @@ class OnPolicyAgent(MultiAgent):
                         advantages=batch["advantages"],
                         ratio_clip=cfg["ratio_clip"],
                     )
-                    entropy = policy.get_entropy(role="policy").float().view(G, B, 1)
-                    predicted, _ = value.act(
-                        self._value_inputs(group, rows(batch["observations"]), rows(batch["states"])), role="value"
-                    )
+                    entropy = None
+                    if cfg["entropy_loss_scale"]:  # skipped when off (skrl's default): no entropy in the graph
+                        entropy = policy.get_entropy(role="policy").float().view(G, B, 1)
+                    predicted, _ = value.act(self._value_inputs(group, obs_rows, state_rows), role="value")
                     critic = value_loss(
                         predicted_values=predicted.float().view(G, B, 1),
                         old_values=batch["values"],
@@ -781,8 +822,9 @@ class OnPolicyAgent(MultiAgent):
                     )
                     policy_loss = masked_mean(surrogate, m)
                     value_loss_ = cfg["value_loss_scale"] * masked_mean(critic, m)
-                    entropy_loss = -cfg["entropy_loss_scale"] * masked_mean(entropy, m)
-                    loss = policy_loss + value_loss_ + entropy_loss
+                    loss = policy_loss + value_loss_
+                    if entropy is not None:
+                        loss = loss - cfg["entropy_loss_scale"] * masked_mean(entropy, m)
 
                 group.optimizer.zero_grad(set_to_none=True)
                 self.scaler.scale(loss).backward()
@@ -804,7 +846,9 @@ class OnPolicyAgent(MultiAgent):
                         [
                             masked_mean(surrogate, m, dim=(1, 2)),
                             cfg["value_loss_scale"] * masked_mean(critic, m, dim=(1, 2)),
-                            -cfg["entropy_loss_scale"] * masked_mean(entropy, m, dim=(1, 2)),
+                            -cfg["entropy_loss_scale"] * masked_mean(entropy, m, dim=(1, 2))
+                            if entropy is not None
+                            else torch.zeros(G, device=self.device),
                             kl,
                             masked_mean(
                                 clip_fraction(

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
-from skrl_marl_ext.agents.config import MarlCfg, check_range
+from skrl_marl_ext.agents.config import MarlCfg, check_choice, check_range
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -21,6 +21,7 @@ class OnPolicyCfg(MarlCfg):
 
     shared_fields: ClassVar[tuple[str, ...]] = (
         "experiment",
+        "non_finite",
         "rollouts",
         "rewards_shaper",
         "mixed_precision",
@@ -140,6 +141,7 @@ class OnPolicyCfg(MarlCfg):
 
     def validate(self, *, owner: str = "agent") -> bool:
         """Check the value ranges; raise a ValueError naming the field and the accepted range."""
+        check_choice(owner, "non_finite", self.non_finite, ("raise", "skip"))
         if isinstance(self.rollouts, bool) or not isinstance(self.rollouts, int) or self.rollouts < 1:
             raise ValueError(f"{owner}: cfg.rollouts must be a positive integer, got {self.rollouts!r}")
         for name in ("learning_epochs", "mini_batches"):
