@@ -100,14 +100,17 @@ def main() -> None:
     elapsed = time.perf_counter() - start
     samples.append((time.perf_counter(), rss_mib(), tracking_size(agent)))
 
-    tenth = samples[max(1, len(samples) // 10)]
-    last = samples[-1]
+    tenth, half, last = samples[max(1, len(samples) // 10)], samples[len(samples) // 2], samples[-1]
     peak_tracking = max(s[2] for s in samples)
     print(
-        f"| {args.algo} | {args.num_agents} | {args.num_envs} | {steps * args.num_envs:,} | {elapsed:.0f} s | "
-        f"{tenth[1]:.0f} MiB | {last[1]:.0f} MiB | {last[1] - tenth[1]:+.1f} MiB | {peak_tracking} |"
+        f"| {args.algo} | {'shared' if args.shared else 'per-agent'} | {args.num_agents} | {args.num_envs} | "
+        f"{steps * args.num_envs:,} | {elapsed:.0f} s | {tenth[1]:.0f} MiB | {half[1]:.0f} MiB | {last[1]:.0f} MiB | "
+        f"{half[1] - tenth[1]:+.1f} MiB | {last[1] - half[1]:+.1f} MiB | {peak_tracking} |"
     )
-    print("columns: algo | agents | envs | frames | time | RSS at 10% | RSS at end | growth | max tracked values")
+    print(
+        "columns: algo | models | agents | envs | frames | time | RSS at 10% | RSS at 50% | RSS at end | "
+        "growth 10-50% | growth 50-100% | max values held by the tracking containers"
+    )
 
 
 if __name__ == "__main__":

@@ -76,11 +76,13 @@ def test_gloo_ranks_agree_bitwise(algo, tmp_path):
     assert not (tmp_path / "rank1").exists() or not [p for p in (tmp_path / "rank1").rglob("*") if p.is_file()]
 
 
-def test_torchrun_cpu_ranks_agree_bitwise(tmp_path):
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "maddpg"])
+def test_torchrun_cpu_ranks_agree_bitwise(algo, tmp_path):
     """Once through ``torchrun`` itself (as a user launches it), four CPU processes."""
     worker = os.path.join(os.path.dirname(__file__), "torchrun_worker.py")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port", str(_free_port())]
-    result = subprocess.run([*command, worker, str(tmp_path), "mappo"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([*command, worker, str(tmp_path), algo], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    flats = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
-    assert all(torch.equal(flats[0], f) for f in flats[1:])
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
+    assert not torch.equal(results[0]["initial"], results[0]["final"])  # it trained
+    assert all(torch.equal(results[0]["final"], r["final"]) for r in results[1:])

@@ -17,7 +17,7 @@ import skrl  # noqa: E402, F401  (imported with WORLD_SIZE hidden)
 os.environ["WORLD_SIZE"] = str(world_size)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import QUIET, make_agent, params, spread  # noqa: E402
+from helpers import QUIET, make_agent, make_maddpg, params, spread  # noqa: E402
 from skrl.trainers.torch import SequentialTrainer  # noqa: E402
 
 out_dir, algo = sys.argv[1], sys.argv[2]
@@ -25,8 +25,12 @@ rank = dist.get_rank()
 torch.set_num_threads(1)
 torch.manual_seed(rank)
 env = spread(num_envs=4, num_agents=2, seed=rank)
-agent = make_agent(env, algo, cfg={"rollouts": 4, "learning_epochs": 2, "mini_batches": 2, "experiment": QUIET})
+if algo == "maddpg":
+    agent = make_maddpg(env, cfg={"batch_size": 16})
+else:
+    agent = make_agent(env, algo, cfg={"rollouts": 4, "learning_epochs": 2, "mini_batches": 2, "experiment": QUIET})
+initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
 SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 16, "headless": True, "disable_progressbar": True}).train()
 flat = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
-torch.save(flat, os.path.join(out_dir, f"rank{rank}.pt"))
+torch.save({"initial": initial, "final": flat}, os.path.join(out_dir, f"rank{rank}.pt"))
 dist.destroy_process_group()
