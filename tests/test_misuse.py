@@ -83,6 +83,12 @@ def mappo_missing_agent_models():
     return make_agent(env, models=m)
 
 
+@case(r"cfg.mini_batches \(100\).*larger than the 8 samples")
+def mappo_mini_batches_larger_than_a_rollout():
+    memories = {uid: RandomMemory(memory_size=2, num_envs=4) for uid in env.possible_agents}
+    return make_agent(env, cfg={"rollouts": 2, "mini_batches": 100}, memories=memories)
+
+
 @case("cfg.rollouts must be a positive integer")
 def ippo_neg_rollouts():
     return make_agent(env, "ippo", cfg={"rollouts": -1})

@@ -219,6 +219,15 @@ class OnPolicyAgent(MultiAgent):
         sizes = {uid: self.memories[uid].num_envs for uid in self.possible_agents}
         if len(set(sizes.values())) > 1:
             raise ValueError(f"{name}: the memories were created with different num_envs {sizes}; use env.num_envs")
+        samples = self.cfg.rollouts * next(iter(sizes.values()))
+        for uid in self.possible_agents:
+            mini_batches = self.cfg.value_for("mini_batches", uid)
+            if mini_batches > samples:
+                raise ValueError(
+                    f"{name}: cfg.mini_batches ({mini_batches}) for agent '{uid}' is larger than the {samples} samples "
+                    f"per agent a rollout of these memories gives (rollouts {self.cfg.rollouts} x num_envs "
+                    f"{samples // self.cfg.rollouts}); lower mini_batches or raise rollouts"
+                )
 
     def _build_groups(self) -> list[AgentGroup]:
         groups = []
