@@ -22,6 +22,8 @@ env = EpisodeRecorder(make_vmas_env("balance", num_envs=args.num_envs, max_steps
 runner = Runner(env, cfg)
 runner.run("train")
 last = env.episodes[-args.num_envs :]
-print(
-    f"mean return per agent over the last {len(last)} episodes:", sum(sum(r.values()) / 3 for _, r in last) / len(last)
-)
+if last:
+    mean = sum(sum(r.values()) / len(r) for _, r in last) / len(last)
+    print(f"mean return per agent over the last {len(last)} episodes: {mean:.2f}")
+else:
+    print("mean return per agent: no episode finished yet (episodes last 100 steps)")
