@@ -55,6 +55,7 @@ def _worker(rank: int, port: int, algo: str, out_dir: str) -> None:
         flat = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
         lrs = torch.tensor([g.optimizer.param_groups[0]["lr"] for g in agent.groups], dtype=torch.float64)
         torch.save({"initial": initial, "params": flat, "lrs": lrs}, os.path.join(out_dir, f"result{rank}.pt"))
+        dist.barrier()  # every rank done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
 

@@ -569,6 +569,7 @@ def _gloo_worker(rank: int, port: int, out_dir: str) -> None:
         drive(agent, env, 8)
         flat = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
         torch.save({"initial": initial, "params": flat}, f"{out_dir}/result{rank}.pt")
+        dist.barrier()  # every rank done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
 

@@ -33,4 +33,5 @@ initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.mod
 SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 16, "headless": True, "disable_progressbar": True}).train()
 flat = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
 torch.save({"initial": initial, "final": flat}, os.path.join(out_dir, f"rank{rank}.pt"))
+dist.barrier()  # every rank done with its collectives before any tears the group down
 dist.destroy_process_group()
