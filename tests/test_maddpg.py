@@ -262,7 +262,7 @@ def test_discrete_actor_gradient_flows_through_gumbel_into_the_acting_agent_only
     for uid in env.possible_agents:
         for p in agent.models[uid]["policy"].parameters():
             p.grad = None
-    loss, _ = agent._actor_loss(group, batch, taken=taken)
+    loss, _ = agent._actor_loss(group, batch, joint_taken=agent._joint(taken))
     loss.backward()
     grads = {uid: [p.grad for p in agent.models[uid]["policy"].parameters()] for uid in env.possible_agents}
     assert all(g is not None for g in grads["agent_1"]) and sum(g.abs().sum() for g in grads["agent_1"]) > 0
@@ -345,7 +345,7 @@ def test_masked_agents_contribute_zero_gradient():
             joint_next=joint_next,
             next_critic_states=next_states[id(group)],
         )
-        actor_loss, _ = agent._actor_loss(group, batch, taken=taken)
+        actor_loss, _ = agent._actor_loss(group, batch, joint_taken=agent._joint(taken))
         for model in (group.critic, group.policy):
             model.zero_grad(set_to_none=False)
         (critic_loss + actor_loss).backward()
@@ -588,3 +588,19 @@ def test_gloo_ranks_agree_bitwise(tmp_path):
     assert torch.equal(results[0]["initial"], results[1]["initial"])  # broadcast at construction, targets copied
     assert not torch.equal(results[0]["initial"], results[0]["params"])  # it trained
     assert torch.equal(results[0]["params"], results[1]["params"])  # on different data, through the all-reduce
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_actor_joint_action_scatter_matches_the_per_agent_concatenation(continuous):
+    """The actor's joint actions, built with one scatter per group, equal agent-by-agent concatenation."""
+    env = spread(num_envs=4, num_agents=3, continuous=continuous)
+    agent = make_agent(env, {"batch_size": 8, "learning_starts": 10**9}, shared=True)
+    drive(agent, env, 4)
+    batch = agent.sample_batch()
+    taken = {u: agent._encode_actions(u, batch[u]["actions"]) for u in env.possible_agents}
+    group = agent.groups[0]
+    G, B = group.size, 8
+    own = torch.randn(G, B, taken["agent_0"].shape[-1])
+    scattered = agent._actor_joint(group, agent._joint(taken), own)
+    reference = torch.stack([agent._joint({**taken, uid: own[i]}) for i, uid in enumerate(group.uids)])
+    assert torch.equal(scattered, reference)

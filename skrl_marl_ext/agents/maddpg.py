@@ -188,6 +188,17 @@ class MADDPG(MultiAgent):
         """Width of ``inputs["taken_actions"]`` of every critic."""
 
         self.groups = self._build_groups()
+        # the columns of each agent's action in the joint action, as (G, width) per group (for the actor's scatter)
+        starts, start = {}, 0
+        for uid in self.possible_agents:
+            starts[uid] = start
+            start += action_encoding_size(self.action_spaces[uid])
+        self._joint_columns = {
+            id(group): torch.stack(
+                [starts[u] + torch.arange(action_encoding_size(group.action_space)) for u in group.uids]
+            ).to(self.device)
+            for group in self.groups
+        }
         self.group_of = {uid: group for group in self.groups for uid in group.uids}
         # one grad scaler for every optimiser: one update() per gradient step
         self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
@@ -803,14 +814,25 @@ class MADDPG(MultiAgent):
             loss = masked_mean(error, mask)
         return loss, {"q": q.detach(), "target": target, "error": error.detach(), "mask": mask}
 
+    def _actor_joint(self, group: MADDPGGroup, joint_taken: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+        """For each agent ``i`` of the group, the stored joint action with agent ``i``'s columns replaced by ``own[i]``:
+        one scatter for the whole group (gradients reach ``own`` only).
+
+        :param joint_taken: ``(B, joint size)``. :param own: ``(G, B, action encoding size)``.
+        :return: ``(G, B, joint size)``.
+        """
+        G, B = own.shape[:2]
+        columns = self._joint_columns[id(group)].unsqueeze(1).expand(G, B, -1)
+        return joint_taken.unsqueeze(0).expand(G, B, -1).scatter(2, columns, own)
+
     def _actor_loss(
-        self, group: MADDPGGroup, batch: dict, *, taken: dict[str, torch.Tensor]
+        self, group: MADDPGGroup, batch: dict, *, joint_taken: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``J = -masked mean of Q(s, a_1, .., mu_i(o_i), .., a_n)`` over the group's rows: only agent ``i``'s own action
         comes from its policy (through the straight-through Gumbel-softmax for discrete agents), the others' are the
         stored ones, so agent ``i``'s loss reaches no other agent's policy.
 
-        :param taken: The stored actions as the critic reads them, ``{agent: (B, encoding size)}``.
+        :param joint_taken: The stored joint action as the critic reads it, ``(B, joint size)``.
         :return: The loss and ``Q`` of the policy actions, ``(G, B, 1)``.
         """
         cfg, G = group.cfg, group.size
@@ -824,7 +846,7 @@ class MADDPG(MultiAgent):
                 )
             a = a.float().view(G, -1, a.shape[-1])
             B = a.shape[1]
-            joint = torch.stack([self._joint({**taken, uid: a[i]}) for i, uid in enumerate(group.uids)])
+            joint = self._actor_joint(group, joint_taken, a)
             q_pi, _ = group.critic.act({"states": critic_st, "taken_actions": joint.reshape(G * B, -1)}, role="critic")
             q_pi = q_pi.float().view(G, B, 1)
             loss = -masked_mean(q_pi, mask)
@@ -850,7 +872,7 @@ class MADDPG(MultiAgent):
                 next_critic_states=next_critic_states[id(group)],
             )
             self._optimizer_step(group.critic_optimizer, critic_loss, clip)
-            policy_loss, q_pi = self._actor_loss(group, batch, taken=taken)
+            policy_loss, q_pi = self._actor_loss(group, batch, joint_taken=joint_taken)
             self._optimizer_step(group.policy_optimizer, policy_loss, clip)
 
             with torch.no_grad():
@@ -890,11 +912,13 @@ class MADDPG(MultiAgent):
         self.scaler.step(optimizer)
 
     def _track(self, stats: list[torch.Tensor]) -> None:
-        values = [s.tolist() for s in stats]  # one host read per group and gradient step
-        for group, (critic, policy, q_mean, q_min, q_max, target) in zip(self.groups, values, strict=True):
+        # one host read per gradient step for all groups: (6, agents of all groups, in group order)
+        critic, policy, q_mean, q_min, q_max, target = torch.cat(stats, dim=1).tolist()
+        i = 0
+        for group in self.groups:
             policy_lr = group.policy_optimizer.param_groups[0]["lr"]
             critic_lr = group.critic_optimizer.param_groups[0]["lr"]
-            for i, uid in enumerate(group.uids):
+            for uid in group.uids:
                 self.track_data(f"Loss / Critic loss ({uid})", critic[i])
                 self.track_data(f"Loss / Policy loss ({uid})", policy[i])
                 self.track_data(f"Q-network / Q ({uid}) (mean)", q_mean[i])
@@ -903,3 +927,4 @@ class MADDPG(MultiAgent):
                 self.track_data(f"Target / Target ({uid}) (mean)", target[i])
                 self.track_data(f"Learning / Policy learning rate ({uid})", policy_lr)
                 self.track_data(f"Learning / Critic learning rate ({uid})", critic_lr)
+                i += 1
