@@ -52,9 +52,9 @@ from skrl_marl_ext.agents.common import (
 )
 from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
-from skrl_marl_ext.agents.on_policy import AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.agents.validation import check_agent_inputs, dry_run
 from skrl_marl_ext.functional import gumbel_softmax_st, masked_mean, one_hot_actions, polyak_update_, td_target
+from skrl_marl_ext.keys import AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.preprocessors import update_statistics
 

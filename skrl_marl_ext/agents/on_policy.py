@@ -53,19 +53,10 @@ from skrl_marl_ext.functional import (
     normalize_advantages,
     value_loss,
 )
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.agent_id import append_agent_id
-from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY, MaskedCategoricalMixin
+from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
 from skrl_marl_ext.preprocessors import update_statistics
-
-AGENT_MASK_KEY = "agent_mask"
-"""Key in ``infos`` of the agent (death) masks: ``infos["agent_mask"][agent]`` is a boolean tensor of shape
-``(num_envs, 1)``, True where the agent acted in the step that produced these infos (its transition is real).
-Transitions with False contribute nothing to any loss or statistic. Missing agents or a missing key mean True."""
-
-MEAN_ACTIONS_KEY = "mean_actions"
-"""Key of the deterministic (mean or greedy) actions, ``{agent: actions}``, in the outputs of ``act`` in evaluation
-mode. skrl's trainers read ``outputs.get("mean_actions", actions)`` from the top level of the outputs; skrl 2.1.1's
-multi-agents never put it there, so their evaluation silently samples."""
 
 # per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)
 _GROUP_FIELDS = (

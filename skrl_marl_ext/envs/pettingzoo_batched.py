@@ -34,8 +34,7 @@ import torch
 from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
 
-from skrl_marl_ext.agents.on_policy import AGENT_MASK_KEY
-from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY
 
 
 def _split_action_mask(space: gymnasium.Space) -> tuple[gymnasium.Space, bool]:

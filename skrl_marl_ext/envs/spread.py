@@ -22,8 +22,7 @@ import numpy as np
 import torch
 from skrl.envs.wrappers.torch.isaaclab_envs import IsaacLabMultiAgentWrapper
 
-from skrl_marl_ext.agents.on_policy import AGENT_MASK_KEY
-from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY
 
 # discrete actions: stay, +x, -x, +y, -y
 _MOVES = ((0.0, 0.0), (1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0))

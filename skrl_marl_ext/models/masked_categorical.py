@@ -10,8 +10,7 @@ from skrl.models.torch import CategoricalMixin
 from skrl.utils.spaces.torch import unflatten_tensorized_space
 from torch.distributions import Categorical
 
-ACTION_MASK_KEY = "action_mask"
-"""Key of the action mask in a model's ``inputs`` (and in an env's ``infos`` / Dict observation space)."""
+from skrl_marl_ext.keys import ACTION_MASK_KEY
 
 
 def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
