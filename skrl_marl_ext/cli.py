@@ -32,8 +32,8 @@ FINAL_CHECKPOINT = "final.pt"
 
 
 THREADS_HELP = (
-    "CPU threads of torch (default 1: batched envs and small MLPs gain little from more, and on a busy machine "
-    "extra threads spin-wait on each other; 0 keeps torch's default)"
+    "CPU threads of torch; 0 keeps torch's own default (default: %(default)s, as batched envs and small MLPs gain "
+    "little from more, and on a busy machine extra threads spin-wait on each other)"
 )
 
 
@@ -307,7 +307,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
     cfg["trainer"].update({"timesteps": 1, "disable_progressbar": True})
     runner = build_runner(env, cfg)
     agent = runner.agent
-    agent.load(checkpoint)
+    try:
+        agent.load(checkpoint)
+    except ValueError as e:  # a checkpoint of another run, or one holding more than tensors (refused unread)
+        raise UsageError(f"--checkpoint {args.checkpoint}: {e}") from None
     agent.enable_training_mode(False)
 
     observations, infos = env.reset()
@@ -350,15 +353,28 @@ def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
 
 
 def make_parser() -> argparse.ArgumentParser:
+    """The ``skrl-marl`` parser; every option's help states its default."""
     parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     t = commands.add_parser("train", help="train an agent (defaults: MAPPO on VMAS balance)")
-    t.add_argument("--algo", default=None, help="mappo (default), ippo, maddpg (default: the config's, else mappo)")
-    t.add_argument("--env", default=DEFAULT_ENV, help="vmas:<scenario> | pettingzoo:<module> | builtin:spread")
-    t.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env argument (repeatable)")
     t.add_argument(
-        "--num-envs", type=int, default=DEFAULT_NUM_ENVS, help=f"envs stepped as one batch ({DEFAULT_NUM_ENVS})"
+        "--algo", default=None, help="mappo, ippo or maddpg (default: the --config's agent.class, else mappo)"
+    )
+    t.add_argument(
+        "--env",
+        default=DEFAULT_ENV,
+        help="vmas:<scenario> | pettingzoo:<module> | builtin:spread (default: %(default)s)",
+    )
+    t.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env argument, repeatable (default: none, the env's own defaults)",
+    )
+    t.add_argument(
+        "--num-envs", type=int, default=DEFAULT_NUM_ENVS, help="envs stepped as one batch (default: %(default)s)"
     )
     t.add_argument(
         "--timesteps",
@@ -366,21 +382,44 @@ def make_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"env steps, each stepping every env (default: --config's trainer.timesteps, else {DEFAULT_TIMESTEPS})",
     )
-    t.add_argument("--device", default="cpu", help="device of env and agent: cpu (default), cuda, cuda:1, ...")
+    t.add_argument(
+        "--device", default="cpu", help="device of env and agent: cpu, cuda, cuda:1, ... (default: %(default)s)"
+    )
     t.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
-    t.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and the env (0)")
-    t.add_argument("--config", default=None, help="skrl Runner YAML (models, memory, agent, trainer)")
-    t.add_argument("--shared-policy", action="store_true", help="agents with equal spaces share their models")
-    t.add_argument("--out", default="runs", help="directory of the runs")
-    t.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    t.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and the env (default: %(default)s)")
+    t.add_argument(
+        "--config",
+        default=None,
+        help="skrl Runner YAML with models, memory, agent and trainer sections "
+        "(default: the package's skrl_marl_ext/configs/<algo>.yaml)",
+    )
+    t.add_argument(
+        "--shared-policy",
+        action="store_true",
+        help="agents with equal spaces share their models (default: off, one model per agent)",
+    )
+    t.add_argument(
+        "--out", default="runs", help="directory of the runs (default: %(default)s, in the working directory)"
+    )
+    t.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: off, the bar is shown)")
 
     e = commands.add_parser("eval", help="run deterministic episodes of a trained agent")
-    e.add_argument("--checkpoint", required=True, help="run directory, or a .pt file in its checkpoints/")
-    e.add_argument("--episodes", type=int, default=10)
-    e.add_argument("--num-envs", type=int, default=None, help="default: min(training envs, episodes)")
-    e.add_argument("--device", default=None, help="default: the training device")
+    e.add_argument(
+        "--checkpoint",
+        required=True,
+        help="run directory of 'skrl-marl train', or a .pt file in its checkpoints/ (required, no default)",
+    )
+    e.add_argument(
+        "--episodes", type=int, default=10, help="deterministic episodes to run and report (default: %(default)s)"
+    )
+    e.add_argument(
+        "--num-envs", type=int, default=None, help="envs stepped as one batch (default: min(training envs, --episodes))"
+    )
+    e.add_argument("--device", default=None, help="device of env and agent (default: the training device)")
     e.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
-    e.add_argument("--seed", type=int, default=12345)
+    e.add_argument(
+        "--seed", type=int, default=12345, help="seed of torch, numpy and the env's episodes (default: %(default)s)"
+    )
     return parser
 
 

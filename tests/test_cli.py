@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -145,3 +146,33 @@ def test_mappo_on_env_without_state_points_to_ippo(tmp_path, capsys):
     # dying_env (in tests/) is a ParallelEnv without state()
     assert cli.main(["train", "--env", "pettingzoo:dying_env", "--out", str(tmp_path)]) == 2
     assert "use --algo ippo" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command, defaults",
+    [
+        (
+            "train",
+            {"--env": "vmas:balance", "--num-envs": "128", "--timesteps": "4000", "--device": "cpu", "--seed": "0"},
+        ),
+        ("eval", {"--episodes": "10", "--seed": "12345", "--threads": "1"}),
+    ],
+)
+def test_help_states_every_options_default(command, defaults, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    # the help entry of each option: from its line to the next option's line, whitespace collapsed
+    starts = [(m.group(1), m.start()) for m in re.finditer(r"^  (--[a-z-]+)", text, flags=re.MULTILINE)]
+    entries = {
+        name: " ".join(text[start : (starts[i + 1][1] if i + 1 < len(starts) else len(text))].split())
+        for i, (name, start) in enumerate(starts)
+    }
+    subparser = cli.make_parser()._subparsers._group_actions[0].choices[command]
+    options = [a.option_strings[-1] for a in subparser._actions if a.option_strings[-1] != "--help"]
+    assert sorted(entries) == sorted(options)
+    for option in options:
+        assert "(default: " in entries[option] or "(required, no default)" in entries[option], entries[option]
+    for option, value in defaults.items():
+        assert f"(default: {value}" in entries[option] or f"else {value})" in entries[option], entries[option]

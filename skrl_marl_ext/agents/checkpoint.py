@@ -1,15 +1,59 @@
-"""Loading checkpoints strictly: a checkpoint of other agents or other model shapes is refused, not half-loaded.
+"""Loading checkpoints safely and strictly: only tensors and state dicts are unpickled, and a checkpoint of other
+agents or other model shapes is refused, not half-loaded.
 
-skrl 2.1.1's ``MultiAgent.load`` skips, with a log warning, every agent and module it does not find, so a
+skrl 2.1.1's ``MultiAgent.load`` unpickles with ``weights_only=False``, so a crafted checkpoint runs arbitrary code
+when loaded; here the file is read with ``weights_only=True``. Everything ``save()`` writes for our agents (model,
+Adam, LR scheduler, preprocessor, ValueNorm and GradScaler state dicts) is made of tensors, numbers, strings, lists
+and dicts, which torch's weights-only unpickler accepts without any allow-listing.
+
+skrl 2.1.1's ``MultiAgent.load`` also skips, with a log warning, every agent and module it does not find, so a
 checkpoint of a 3-agent run loads "successfully" into a 4-agent one and trains the fourth agent from scratch.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import re
 from typing import Any
 
 import torch
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _unpickling_reason(error: Exception) -> str:
+    """One line of torch's weights-only refusal: what it refused (e.g. ``Unsupported global: GLOBAL exec ...``).
+
+    :param error: The ``pickle.UnpicklingError`` raised by ``torch.load(..., weights_only=True)``.
+    """
+    text = _ANSI.sub("", str(error))
+    _, marker, rest = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in (rest if marker else text).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    # keep what was refused, not torch's advice on how to allow-list it
+    return lines[0].split(" Please use ")[0].split(" Please file ")[0]
+
+
+def read_checkpoint(path: str | os.PathLike, *, map_location: Any = None, owner: str = "load") -> Any:
+    """Unpickle a checkpoint with ``torch.load(..., weights_only=True)``: tensors and plain containers only.
+
+    A file holding anything else (an object whose unpickling would run code) is refused before anything runs.
+
+    :param path: Checkpoint file.
+    :param map_location: Device the tensors are loaded to (as for ``torch.load``).
+    :param owner: Prefix of the error message (e.g. ``"MAPPO.load"``).
+
+    :raises ValueError: When torch refuses to unpickle the file, naming the file and torch's reason.
+    """
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ValueError(
+            f"{owner}: {path} holds objects other than tensors and state dicts and was refused without running them "
+            f"(torch: {_unpickling_reason(error)}); only checkpoints written by save() and from trusted sources load"
+        ) from None
 
 
 def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
@@ -21,10 +65,11 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
     :param agent: A skrl ``MultiAgent`` (its ``possible_agents``, ``checkpoint_modules`` and ``device`` are used).
     :param path: File written by ``agent.save()`` or by the trainer's checkpoints (``agent_<step>.pt``).
 
-    :raises ValueError: Naming the agents, modules or tensors that do not match.
+    :raises ValueError: Naming the agents, modules or tensors that do not match, or when the file holds objects other
+        than tensors and state dicts (refused without unpickling them, see :func:`read_checkpoint`).
     """
     owner = type(agent).__name__
-    modules = torch.load(path, map_location=agent.device, weights_only=False)
+    modules = read_checkpoint(path, map_location=agent.device, owner=f"{owner}.load")
     if not isinstance(modules, dict):
         raise ValueError(f"{owner}.load: {path} is not a checkpoint written by save() (got {type(modules).__name__})")
     expected, saved = list(agent.possible_agents), list(modules)
