@@ -7,9 +7,11 @@ import pytest
 import torch
 from helpers import QUIET, drive, params, spread
 from skrl.memories.torch import RandomMemory
+from skrl.models.torch import CategoricalMixin, Model
 from skrl.resources.noises.torch import GaussianNoise, OrnsteinUhlenbeckNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.trainers.torch import SequentialTrainer
+from skrl.utils.spaces.torch import flatten_tensorized_space
 
 from skrl_marl_ext import MADDPG, MADDPG_CFG, joint_action_space
 from skrl_marl_ext.functional import (
@@ -18,7 +20,8 @@ from skrl_marl_ext.functional import (
     polyak_update_reference_,
     td_target,
 )
-from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP
+from skrl_marl_ext.functional.gumbel import gumbel_max_actions, sample_gumbel
+from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, mask_logits
 from skrl_marl_ext.trainers import StepTrainer
 
 
@@ -604,3 +607,271 @@ def test_actor_joint_action_scatter_matches_the_per_agent_concatenation(continuo
     scattered = agent._actor_joint(group, agent._joint(taken), own)
     reference = torch.stack([agent._joint({**taken, uid: own[i]}) for i, uid in enumerate(group.uids)])
     assert torch.equal(scattered, reference)
+
+
+# ---------------------------------------------------------------- action masks
+
+
+class RandomMaskSpread:
+    """The discrete spread env with dense random action masks that differ per env, per agent and per step.
+
+    With ``dict_obs`` the mask is the ``"action_mask"`` entry of a Dict observation space (in the flattened
+    observations, from the reset on); otherwise it is ``infos["action_mask"]`` of each step, and the masks of
+    ``reset()`` (which skrl's trainers never hand to an agent) are all True. Every mask allows at least one action.
+    ``step`` counts the actions taken against the masks of the observations they were taken on.
+    """
+
+    def __init__(self, num_envs=16, num_agents=2, *, dict_obs=False, seed=0):
+        self.env = spread(num_envs=num_envs, num_agents=num_agents, continuous=False, seed=seed)
+        self.dict_obs = dict_obs
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_envs, self.device = num_envs, self.env.device
+        self.possible_agents = self.env.possible_agents
+        self.action_spaces, self.state_spaces = self.env.action_spaces, self.env.state_spaces
+        self.observation_spaces = self.env.observation_spaces
+        if dict_obs:
+            mask_space = gymnasium.spaces.Box(0, 1, (5,), dtype="int8")
+            self.observation_spaces = {
+                uid: gymnasium.spaces.Dict({"observation": space, "action_mask": mask_space})
+                for uid, space in self.observation_spaces.items()
+            }
+        self.masks, self.history = None, []
+        self.taken, self.violations, self.forbidden = 0, 0, 0
+
+    def observation_space(self, uid):
+        return self.observation_spaces[uid]
+
+    def action_space(self, uid):
+        return self.action_spaces[uid]
+
+    def state_space(self, uid):
+        return self.state_spaces[uid]
+
+    def _draw(self):
+        mask = torch.rand(self.num_envs, 5, generator=self.generator) < 0.4
+        mask[torch.arange(self.num_envs), torch.randint(5, (self.num_envs,), generator=self.generator)] = True
+        return mask
+
+    def _with_masks(self, observations, infos, *, reset):
+        all_true = reset and not self.dict_obs
+        self.masks = {
+            uid: torch.ones(self.num_envs, 5, dtype=torch.bool) if all_true else self._draw()
+            for uid in self.possible_agents
+        }
+        self.history.append(self.masks)
+        infos = {k: v for k, v in infos.items() if k != "action_mask"}
+        if self.dict_obs:
+            observations = {
+                uid: flatten_tensorized_space({"observation": obs, "action_mask": self.masks[uid].float()})
+                for uid, obs in observations.items()
+            }
+        else:
+            infos["action_mask"] = self.masks
+        return observations, infos
+
+    def reset(self, *args, **kwargs):
+        return self._with_masks(*self.env.reset(), reset=True)
+
+    def step(self, actions):
+        for uid in self.possible_agents:
+            allowed = self.masks[uid].gather(1, actions[uid].long().view(-1, 1))
+            self.taken += allowed.numel()
+            self.violations += int((~allowed).sum())
+            self.forbidden += int((~self.masks[uid]).sum())
+        observations, rewards, terminated, truncated, infos = self.env.step(actions)
+        observations, infos = self._with_masks(observations, infos, reset=False)
+        return observations, rewards, terminated, truncated, infos
+
+    def state(self):
+        return self.env.state()
+
+    def render(self, *args, **kwargs):
+        return None
+
+    def close(self):
+        pass
+
+
+class PlainCategorical(CategoricalMixin, Model):
+    """A categorical policy of skrl's own mixin: it ignores action masks."""
+
+    def __init__(self, observation_space, action_space):
+        Model.__init__(self, observation_space=observation_space, action_space=action_space)
+        CategoricalMixin.__init__(self)
+        self.net = torch.nn.Linear(self.num_observations, self.num_actions)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def _plain_policies(env):
+    models = make_models(env, hidden=(16,))
+    for uid in env.possible_agents:
+        for role in ("policy", "target_policy"):
+            models[uid][role] = PlainCategorical(env.observation_space(uid), env.action_space(uid))
+    return models
+
+
+MASKED_CFG = {"batch_size": 32, "random_timesteps": 4, "learning_starts": 2}
+
+
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_masked_actions_are_never_taken_in_random_exploring_and_greedy_steps(dict_obs):
+    env = RandomMaskSpread(num_envs=32, dict_obs=dict_obs)
+    # a standardising preprocessor scrambles the mask part of Dict observations: the agent reads the raw one
+    cfg = dict(MASKED_CFG, observation_preprocessor=RunningStandardScaler if dict_obs else None)
+    agent = make_agent(env, cfg, hidden=(16,))
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 10, "disable_progressbar": True})
+    trainer.train()  # 4 uniform random steps, then sampling with gradient steps
+    trained = env.taken
+    trainer.eval()  # greedy: argmax of the masked logits
+    assert env.taken == 2 * trained == 2 * 10 * 32 * 2
+    assert env.violations == 0
+    assert env.forbidden > env.taken  # the masks forbid a lot: an unmasked agent would take many masked actions
+
+
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_replay_stores_the_masks_of_observations_and_next_observations(dict_obs):
+    env = RandomMaskSpread(num_envs=4, dict_obs=dict_obs)
+    agent = drive(make_agent(env, {"learning_starts": 10**9}, hidden=(16,)), env, 6)
+    for uid in env.possible_agents:
+        tensors = agent.memories[uid].tensors
+        assert tensors["action_mask"].dtype == tensors["next_action_mask"].dtype == torch.bool
+        for t in range(6):  # row t: acted on the observations of env.history[t], next observations env.history[t + 1]
+            assert torch.equal(tensors["action_mask"][t], env.history[t][uid])
+            assert torch.equal(tensors["next_action_mask"][t], env.history[t + 1][uid])
+
+
+def _joint_part(agent, uid, joint):
+    start = sum(int(agent.action_spaces[u].n) for u in agent.possible_agents[: agent.possible_agents.index(uid)])
+    return joint[..., start : start + int(agent.action_spaces[uid].n)]
+
+
+def test_target_next_actions_are_allowed_greedy_actions_of_the_stored_next_masks():
+    env = RandomMaskSpread(num_envs=8)
+    agent = drive(make_agent(env, {"batch_size": 64, "learning_starts": 10**9}, hidden=(16,)), env, 12)
+    batch = agent.sample_batch()
+    joint_next, _ = agent._next_joint_action(batch)
+    hits = 0
+    for uid in env.possible_agents:
+        next_mask = batch[uid]["next_action_mask"]
+        action = _joint_part(agent, uid, joint_next)
+        assert torch.all(action.sum(-1) == 1) and torch.all(action[~next_mask] == 0)
+        # the greedy action among the allowed ones, where the unmasked argmax is often a masked action
+        policy = agent.models[uid]["target_policy"]
+        with torch.no_grad():
+            logits = policy.net(batch[uid]["next_observations"])
+        assert torch.equal(action.argmax(-1), logits.masked_fill(~next_mask, -torch.inf).argmax(-1))
+        hits += int((~next_mask.gather(1, logits.argmax(-1, keepdim=True))).sum())
+    assert hits > 0
+
+
+def test_actor_gumbel_action_is_zero_on_masked_actions_with_finite_gradients():
+    env = RandomMaskSpread(num_envs=8)
+    cfg = {"batch_size": 64, "learning_starts": 10**9, "gumbel_temperature": 0.25}
+    agent = drive(make_agent(env, cfg, hidden=(16,)), env, 12)
+    batch = agent.sample_batch()
+    taken = {u: agent._encode_actions(u, batch[u]["actions"]) for u in env.possible_agents}
+    group = agent.group_of["agent_1"]
+    seen = []
+    critic = group.critic
+    compute = critic.compute
+
+    def spy(inputs, role=""):
+        seen.append(inputs["taken_actions"])
+        return compute(inputs, role)
+
+    critic.compute = spy
+    loss, _ = agent._actor_loss(group, batch, joint_taken=agent._joint(taken))
+    own = _joint_part(agent, "agent_1", seen[-1])  # agent_1's Gumbel-softmax action, (B, 5)
+    mask = batch["agent_1"]["action_mask"]
+    assert torch.all(own.detach().sum(-1) == 1) and torch.all(own.detach()[~mask] == 0)
+    assert bool((~mask).any())
+    loss.backward()
+    grads = [p.grad for p in group.policy.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads) and sum(g.abs().sum() for g in grads) > 0
+
+
+def test_masked_gumbel_softmax_is_the_softmax_over_the_allowed_actions():
+    torch.manual_seed(0)
+    logits = torch.randn(64, 5, requires_grad=True)
+    mask = torch.rand(64, 5) < 0.5
+    mask[torch.arange(64), torch.randint(5, (64,))] = True
+    noise = sample_gumbel(logits)
+    weights = torch.randn(5)
+    # the logits a MaskedCategoricalMixin gives (lowest finite value where masked): at temperature 0.25,
+    # (min + noise) / 0.25 overflows to -inf, the mask's fill makes it finite again
+    ours = gumbel_softmax_st(logits=mask_logits(logits, mask), temperature=0.25, gumbel_noise=noise, mask=mask)
+    (grad_ours,) = torch.autograd.grad((ours * weights).sum(), logits)
+    # reference: the softmax over the allowed entries only (masked ones -inf), straight-through
+    soft = torch.softmax(((logits + noise) / 0.25).masked_fill(~mask, -torch.inf), dim=-1)
+    reference = torch.nn.functional.one_hot(soft.argmax(-1), 5).float() - soft.detach() + soft
+    (grad_reference,) = torch.autograd.grad((reference * weights).sum(), logits)
+    torch.testing.assert_close(ours, reference)
+    torch.testing.assert_close(grad_ours, grad_reference)
+    assert torch.all(ours[~mask] == 0) and torch.all(grad_ours[~mask] == 0) and torch.isfinite(grad_ours).all()
+    assert grad_ours.abs().sum() > 0
+    # no mask: unchanged (torch's hard Gumbel-softmax, tested above); a row allowing nothing stays finite
+    torch.testing.assert_close(
+        gumbel_softmax_st(logits=logits, gumbel_noise=noise, mask=torch.ones(64, 5, dtype=torch.bool)),
+        gumbel_softmax_st(logits=logits, gumbel_noise=noise),
+    )
+    nothing = gumbel_softmax_st(logits=logits[:2], temperature=0.25, mask=torch.zeros(2, 5, dtype=torch.bool))
+    assert torch.isfinite(nothing).all() and torch.all(nothing.sum(-1) == 1)
+
+
+def test_gumbel_max_actions_draw_only_allowed_actions_uniformly():
+    torch.manual_seed(0)
+    mask = torch.tensor([[True, False, True, False, True], [False, False, False, True, False]]).repeat(2000, 1)
+    actions = gumbel_max_actions(logits=torch.zeros(4000, 5), mask=mask)
+    assert actions.shape == (4000, 1) and mask.gather(1, actions).all()
+    counts = torch.bincount(actions[0::2].view(-1), minlength=5)
+    assert counts[[1, 3]].sum() == 0 and counts[[0, 2, 4]].min() > 600  # about 2000 / 3 each
+    noise = sample_gumbel(torch.zeros(8, 5))
+    logits = torch.randn(8, 5)
+    expected = (logits + noise).masked_fill(~mask[:8], -torch.inf).argmax(-1, keepdim=True)
+    assert torch.equal(gumbel_max_actions(logits=logits, mask=mask[:8], gumbel_noise=noise), expected)
+
+
+UNMASKED_POLICY = (
+    r"agents \['agent_0'\] receive action masks \({}\) but their policy \(PlainCategorical\) ignores them .*"
+    r"skrl_marl_ext\.models\.MaskedCategoricalMixin .*skrl_marl_ext\.models\.CategoricalMLP"
+)
+
+
+def test_unmasked_policy_is_refused_at_construction_for_a_dict_mask():
+    env = RandomMaskSpread(num_envs=4, dict_obs=True)
+    match = UNMASKED_POLICY.format('the "action_mask" entry of their Dict observation space')
+    with pytest.raises(ValueError, match=match):
+        make_agent(env, models=_plain_policies(env))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_unmasked_policy_is_refused_at_the_first_masked_infos(training):
+    env = RandomMaskSpread(num_envs=4)
+    agent = make_agent(env, models=_plain_policies(env))  # no mask in the spaces: accepted
+    with pytest.raises(ValueError, match=UNMASKED_POLICY.format(r'infos\["action_mask"\]')):
+        drive(agent, env, 3, training=training)
+    assert env.taken == 4 * 2  # refused at the first step, whose infos carry the masks
+    # an env without masks trains such a policy as before
+    drive(agent, spread(num_envs=4, num_agents=2, continuous=False), 3)
+
+
+@pytest.mark.parametrize("dict_obs", [False, True])
+def test_masked_maddpg_trains_through_the_trainer_and_round_trips_a_checkpoint(dict_obs, tmp_path):
+    env = RandomMaskSpread(num_envs=8, dict_obs=dict_obs)
+    agent = make_agent(env, MASKED_CFG, hidden=(16,))
+    before = params(agent.models["agent_0"]["policy"])
+    _train(env, agent, 12)
+    assert not torch.equal(params(agent.models["agent_0"]["policy"]), before)
+    assert set(agent.tracking_data) >= {"Loss / Policy loss (agent_1)", "Loss / Critic loss (agent_0)"}
+    assert env.violations == 0 and len(agent.memories["agent_0"]) == 12 * 8
+    path = str(tmp_path / "masked.pt")
+    agent.save(path)
+    fresh = make_agent(env, MASKED_CFG, hidden=(16,))
+    fresh.load(path)
+    for uid in env.possible_agents:
+        for role in ("policy", "target_policy", "critic", "target_critic"):
+            assert torch.equal(params(fresh.models[uid][role]), params(agent.models[uid][role]))
+    _train(env, fresh, 6)  # the loaded agent goes on training, still within the masks
+    assert env.violations == 0

@@ -22,6 +22,27 @@ Agent groups
 As in the PPO agents, agents whose models dicts hold the *same* policy, target policy, critic and target critic
 objects form a group: their batches are stacked into ``(G * B, ...)`` rows, each loss is one mean over the group,
 and each of the group's two optimisers takes one step.
+
+Action masks
+------------
+Discrete agents honour action masks as the PPO agents do. A mask is boolean ``(num_envs, n)``, True where an action is
+allowed, given either as the ``"action_mask"`` entry of a ``gymnasium.spaces.Dict`` observation space (PettingZoo's
+convention; read from the raw flattened observation) or as ``infos["action_mask"] = {agent: mask}`` returned with the
+observations by ``env.step`` (so the mask of the observation acted on at step ``t + 1`` comes from the infos of step
+``t``; there is none after ``reset()``, which skrl's trainers do not hand to agents, so the first step is unmasked:
+put a mask that must hold from the start in the observation). The policy must be a
+:class:`~skrl_marl_ext.models.MaskedCategoricalMixin` model (e.g. :class:`~skrl_marl_ext.models.CategoricalMLP`);
+another is refused (at construction for a Dict mask, at the first masked infos otherwise).
+
+- acting: the mask reaches the policy as ``inputs["action_mask"]``; sampled, greedy (argmax of the masked logits)
+  and uniform random (``cfg.random_timesteps``) actions are all allowed ones;
+- replay: every Discrete agent's memory also holds ``action_mask`` (the mask of ``observations``) and
+  ``next_action_mask`` (of ``next_observations``), bool ``(n,)``, all True where no mask was given;
+- targets: ``a'_j`` is the argmax of ``mu'_j``'s logits masked with ``next_action_mask``;
+- actor: the straight-through Gumbel-softmax runs on the logits masked with ``action_mask``: masked actions get weight
+  exactly 0 in the relaxed and the hard action, and a zero (finite) gradient.
+
+A mask row with no allowed action (e.g. the zero observation of an absent agent) is taken as all allowed.
 """
 
 from __future__ import annotations
@@ -38,7 +59,7 @@ from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils import ScopedTimer
-from skrl.utils.spaces.torch import compute_space_size
+from skrl.utils.spaces.torch import compute_space_size, unflatten_tensorized_space
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.agents.checkpoint import load_checkpoint
@@ -54,8 +75,10 @@ from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.agents.validation import check_agent_inputs, dry_run
 from skrl_marl_ext.functional import gumbel_softmax_st, masked_mean, one_hot_actions, polyak_update_, td_target
-from skrl_marl_ext.keys import AGENT_MASK_KEY, MEAN_ACTIONS_KEY
+from skrl_marl_ext.functional.gumbel import gumbel_max_actions
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
+from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin, mask_logits
 from skrl_marl_ext.preprocessors import update_statistics
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
@@ -103,6 +126,10 @@ class MADDPGGroup:
     noise: Any = None
     low: torch.Tensor | None = None
     high: torch.Tensor | None = None
+    mask_in_observations: bool = False
+    """Whether the action mask is the ``"action_mask"`` entry of the (Dict) observation space (Discrete only)."""
+    masks_seen: bool = False
+    """Whether ``infos["action_mask"]`` has carried a mask for an agent of the group (its policy was checked)."""
 
     @property
     def size(self) -> int:
@@ -112,9 +139,21 @@ class MADDPGGroup:
     def discrete(self) -> bool:
         return isinstance(self.action_space, gymnasium.spaces.Discrete)
 
+    @property
+    def num_actions(self) -> int:
+        """``n`` of a ``Discrete(n)`` action space."""
+        return int(self.action_space.n)
+
 
 class MADDPG(MultiAgent):
-    """Multi-Agent Deep Deterministic Policy Gradient (see the module docstring)."""
+    """Multi-Agent Deep Deterministic Policy Gradient (see the module docstring).
+
+    Discrete agents honour action masks, given as the ``"action_mask"`` entry of a ``Dict`` observation space or as
+    ``infos["action_mask"][agent]`` (bool ``(num_envs, n)``, True where allowed) with the observations ``env.step``
+    returns; their policies must then be :class:`~skrl_marl_ext.models.MaskedCategoricalMixin` models. Masked actions
+    are never taken (exploration, ``cfg.random_timesteps``, evaluation), never chosen by a target policy, and get zero
+    weight in the actor's Gumbel-softmax action; see "Action masks" in the module docstring.
+    """
 
     def __init__(
         self,
@@ -134,9 +173,11 @@ class MADDPG(MultiAgent):
         :param models: ``{agent: {"policy", "target_policy", "critic", "target_critic": Model}}``. Policies of Box
             action spaces are ``DeterministicMixin`` models (e.g. :class:`~skrl_marl_ext.models.DeterministicMLP`),
             of Discrete ones ``CategoricalMixin`` models whose logits are ``outputs["net_output"]`` (e.g.
-            :class:`~skrl_marl_ext.models.CategoricalMLP`). A critic reads ``inputs["states"]`` (the env's state, or
-            every agent's observation concatenated in ``possible_agents`` order when ``state_spaces`` is None) and
-            ``inputs["taken_actions"]`` (every agent's action concatenated, one-hot for discrete agents: size it with
+            :class:`~skrl_marl_ext.models.CategoricalMLP`), ``MaskedCategoricalMixin`` ones when the env gives action
+            masks (a ``Dict`` observation space with an ``"action_mask"`` entry, or ``infos["action_mask"]``). A
+            critic reads ``inputs["states"]`` (the env's state, or every agent's observation concatenated in
+            ``possible_agents`` order when ``state_spaces`` is None) and ``inputs["taken_actions"]`` (every agent's
+            action concatenated, one-hot for discrete agents: size it with
             :func:`~skrl_marl_ext.models.joint_action_space`) and returns ``(batch, 1)``, e.g.
             :class:`~skrl_marl_ext.models.QMLP`. Targets have the architecture of their online model; they are
             overwritten with its parameters here.
@@ -208,6 +249,8 @@ class MADDPG(MultiAgent):
         self._create_memory_tensors()
         self._checked_num_envs = False
         self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
+        self._infos_action_masks: dict[str, torch.Tensor] | None = None
+        """``infos["action_mask"]`` of the last recorded step: the masks of the observations the next ``act`` sees."""
 
     # ------------------------------------------------------------------ construction
 
@@ -358,6 +401,13 @@ class MADDPG(MultiAgent):
                 f"{name}: agents {uids} have continuous actions; their policy must be a DeterministicMixin model "
                 f"(e.g. skrl_marl_ext.models.DeterministicMLP), got {type(group.policy).__name__}"
             )
+        group.mask_in_observations = (
+            group.discrete
+            and isinstance(group.observation_space, gymnasium.spaces.Dict)
+            and ACTION_MASK_KEY in group.observation_space.spaces
+        )
+        if group.mask_in_observations:
+            self._require_masked_policy(group, source='the "action_mask" entry of their Dict observation space')
         rows = 2 * group.size
         obs = torch.zeros(rows, self._obs_sizes[uids[0]], device=self.device)
         states = None
@@ -365,12 +415,15 @@ class MADDPG(MultiAgent):
             states = torch.zeros(
                 rows, compute_space_size(group.critic_state_space, occupied_size=True), device=self.device
             )
+        policy_inputs = {"observations": obs, "states": states}
+        if group.discrete:
+            policy_inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(
             owner=name,
             uids=uids,
             policy=group.policy,
             value=None,
-            policy_inputs={"observations": obs, "states": states},
+            policy_inputs=policy_inputs,
             value_inputs=None,
             action_space=group.action_space,
             device=self.device,
@@ -401,7 +454,19 @@ class MADDPG(MultiAgent):
                     f"({rows}, 1); {hint}"
                 )
 
+    def _require_masked_policy(self, group: MADDPGGroup, *, source: str) -> None:
+        """Refuse a policy that would ignore the action masks the env gives (as the PPO agents do)."""
+        if not isinstance(group.policy, MaskedCategoricalMixin):
+            raise ValueError(
+                f"{type(self).__name__}: agents {group.uids} receive action masks ({source}) but their policy "
+                f"({type(group.policy).__name__}) ignores them and would take masked (invalid) actions; build the "
+                "policy with skrl_marl_ext.models.MaskedCategoricalMixin instead of CategoricalMixin (e.g. "
+                "skrl_marl_ext.models.CategoricalMLP)"
+            )
+
     def _create_memory_tensors(self) -> None:
+        self._tensor_names: dict[str, list[str]] = {}
+        """Names of the memory tensors a batch reads, per agent (Discrete agents also have the action masks)."""
         for uid in self.possible_agents:
             memory = self.memories[uid]
             space = self.action_spaces[uid]
@@ -417,15 +482,14 @@ class MADDPG(MultiAgent):
                 state_size = compute_space_size(self.state_spaces[uid], occupied_size=True)
                 memory.create_tensor(name="states", size=state_size, dtype=torch.float32)
                 memory.create_tensor(name="next_states", size=state_size, dtype=torch.float32)
-        self._tensor_names = [
-            "observations",
-            "next_observations",
-            "actions",
-            "rewards",
-            "terminated",
-            "truncated",
-            "agent_mask",
-        ] + (["states", "next_states"] if self.env_states else [])
+            names = ["observations", "next_observations", "actions", "rewards", "terminated", "truncated", "agent_mask"]
+            names += ["states", "next_states"] if self.env_states else []
+            if isinstance(space, gymnasium.spaces.Discrete):
+                # the masks of observations and next_observations (all True where the env gives none)
+                memory.create_tensor(name="action_mask", size=int(space.n), dtype=torch.bool)
+                memory.create_tensor(name="next_action_mask", size=int(space.n), dtype=torch.bool)
+                names += ["action_mask", "next_action_mask"]
+            self._tensor_names[uid] = names
 
     def init(self, *, trainer_cfg: Any = None) -> None:
         """Initialise the agent (skrl's contract; called by the trainers).
@@ -452,9 +516,46 @@ class MADDPG(MultiAgent):
             return initial
         return initial + (final - initial) * min(max(timestep, 0) / steps, 1.0)
 
-    def _random_actions(self, group: MADDPGGroup, rows: int) -> torch.Tensor:
+    @staticmethod
+    def _some_allowed(mask: torch.Tensor) -> torch.Tensor:
+        """The boolean ``mask`` ``(rows, n)`` with rows that allow no action made all True (e.g. an absent agent's zero
+        observation): every row then has an allowed action, for the argmax, the Gumbel-softmax and the random draw."""
+        mask = mask.bool()
+        return mask | ~mask.any(dim=-1, keepdim=True)
+
+    def _observation_mask(self, group: MADDPGGroup, raw_obs: torch.Tensor) -> torch.Tensor:
+        """The ``"action_mask"`` part of raw flattened Dict observations ``(..., obs_size)``, bool ``(rows, n)``."""
+        flat = raw_obs.reshape(-1, raw_obs.shape[-1])
+        return self._some_allowed(unflatten_tensorized_space(group.observation_space, flat)[ACTION_MASK_KEY])
+
+    def _infos_mask(self, uid: str, num_envs: int, masks: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """Agent ``uid``'s mask in ``masks`` (an ``infos["action_mask"]``), or all True, bool ``(num_envs, n)``."""
+        mask = masks.get(uid) if masks else None
+        n = int(self.action_spaces[uid].n)
+        if mask is None:
+            return torch.ones(num_envs, n, dtype=torch.bool, device=self.device)
+        return self._some_allowed(mask.reshape(num_envs, n).to(self.device))
+
+    def _action_mask(self, group: MADDPGGroup, raw_obs: torch.Tensor) -> torch.Tensor | None:
+        """Action mask ``(G * n, num_actions)`` of the group's raw observations ``(G, n, obs_size)`` to act on: from the
+        Dict observation space, or from the last recorded infos; None for continuous agents or when there is none."""
+        if not group.discrete:
+            return None
+        if group.mask_in_observations:
+            return self._observation_mask(group, raw_obs)
+        masks = self._infos_action_masks
+        if not masks or not any(uid in masks for uid in group.uids):
+            return None
+        n = raw_obs.shape[1]
+        return torch.cat([self._infos_mask(uid, n, masks) for uid in group.uids])
+
+    def _random_actions(self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None) -> torch.Tensor:
         if group.discrete:
-            return torch.randint(int(group.action_space.n), (rows, 1), device=self.device)
+            if mask is None:
+                return torch.randint(group.num_actions, (rows, 1), device=self.device)
+            # uniform among the allowed actions
+            zeros = torch.zeros(rows, group.num_actions, device=self.device)
+            return gumbel_max_actions(logits=zeros, mask=mask)
         low, high = group.low, group.high
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
             return torch.randn(rows, low.numel(), device=self.device)
@@ -475,6 +576,12 @@ class MADDPG(MultiAgent):
         ``mu(o)`` without noise and the argmax of the logits; they are also ``outputs["mean_actions"]``, which
         skrl's trainers read in evaluation.
 
+        Action masks of discrete agents (the ``"action_mask"`` entry of a Dict observation space, read from the raw
+        ``observations``, or ``infos["action_mask"]`` of the last :meth:`record_transition`) reach the policy as
+        ``inputs["action_mask"]``; the sampled, the greedy (argmax of the masked logits) and the uniform random
+        actions are all allowed ones. Without a mask (e.g. at the first step after ``reset()`` for masks given
+        through infos) every action is allowed.
+
         :param observations: ``{agent: (num_envs, obs_size)}``; agents absent from the dict get no action.
         :param states: ``{agent: (num_envs, state_size) or None}``.
         :param timestep: Current timestep.
@@ -493,19 +600,22 @@ class MADDPG(MultiAgent):
                     continue
                 raw_obs = stack_agents(observations, group.uids)
                 G, n = group.size, raw_obs.shape[1]
+                mask = self._action_mask(group, raw_obs)  # (G * n, num_actions) or None
                 if random:
-                    group_actions, group_outputs = self._random_actions(group, G * n), {}
+                    group_actions, group_outputs = self._random_actions(group, G * n, mask), {}
                 else:
                     obs = group.observation_preprocessor(raw_obs.reshape(G * n, -1))
                     raw_states = stack_agents(states, group.uids) if self.env_states and states else None
                     st = group.state_preprocessor(raw_states.reshape(G * n, -1)) if raw_states is not None else None
+                    inputs = {"observations": obs, "states": st}
+                    if mask is not None:
+                        inputs[ACTION_MASK_KEY] = mask
                     with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-                        group_actions, group_outputs = group.policy.act(
-                            {"observations": obs, "states": st}, role="policy"
-                        )
+                        group_actions, group_outputs = group.policy.act(inputs, role="policy")
                     if group.discrete:
                         if not self.training:
-                            group_actions = group_outputs["net_output"].argmax(dim=-1, keepdim=True)  # logits or probs
+                            logits = mask_logits(self._logits(group.policy, group_outputs), mask)
+                            group_actions = logits.argmax(dim=-1, keepdim=True)
                     else:
                         group_actions = group_actions.float()
                         if self.training and scale > 0:
@@ -548,6 +658,14 @@ class MADDPG(MultiAgent):
         Agents absent from ``observations`` get a zero row and a False agent mask; ``infos["agent_mask"]``
         (``{agent: (num_envs, 1) bool}``, see :data:`~skrl_marl_ext.AGENT_MASK_KEY`) masks agents that are present.
         Masked rows take no part in any loss or preprocessor statistic.
+
+        Action masks: ``infos["action_mask"]`` (``{agent: (num_envs, n) bool}``, True where allowed, see
+        :data:`~skrl_marl_ext.keys.ACTION_MASK_KEY`) is the mask of ``next_observations``; it is kept for the next
+        :meth:`act` (also in evaluation) and refused, at the first step that carries one for an agent, when that
+        agent's policy is not a :class:`~skrl_marl_ext.models.MaskedCategoricalMixin`. Discrete agents' rows also
+        store ``action_mask`` (the mask ``observations`` were acted on with: the previous step's infos mask, or the
+        Dict observation's) and ``next_action_mask`` (this step's infos mask, or the Dict next observation's), all
+        True where none was given.
         """
         super().record_transition(
             observations=observations,
@@ -562,6 +680,9 @@ class MADDPG(MultiAgent):
             timestep=timestep,
             timesteps=timesteps,
         )
+        infos = infos if isinstance(infos, dict) else {}
+        acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
+        self._keep_infos_action_masks(infos.get(ACTION_MASK_KEY))
         if not self.training:
             return
         first = next(iter(observations.values()))
@@ -575,7 +696,6 @@ class MADDPG(MultiAgent):
                     "num_envs=env.num_envs)"
                 )
             self._checked_num_envs = True
-        infos = infos if isinstance(infos, dict) else {}
         agent_masks = infos.get(AGENT_MASK_KEY)
         agent_masks = agent_masks if isinstance(agent_masks, dict) else {}
 
@@ -608,10 +728,44 @@ class MADDPG(MultiAgent):
                 size = self.memories[uid].tensors["states"].shape[-1]
                 samples["states"] = get(states, uid, size)
                 samples["next_states"] = get(next_states, uid, size)
+            group = self.group_of[uid]
+            if group.discrete:
+                if group.mask_in_observations:
+                    samples["action_mask"] = self._observation_mask(group, samples["observations"])
+                    samples["next_action_mask"] = self._observation_mask(group, samples["next_observations"])
+                else:
+                    samples["action_mask"] = self._infos_mask(uid, num_envs, acted_masks)
+                    samples["next_action_mask"] = self._infos_mask(uid, num_envs, self._infos_action_masks)
             per_agent[uid] = samples
         self._refuse_or_skip_non_finite(per_agent)
         for uid, samples in per_agent.items():
             self.memories[uid].add_samples(**samples)
+
+    def _keep_infos_action_masks(self, masks: Any) -> None:
+        """Keep ``infos["action_mask"]`` (copied: an env may reuse its buffers) for the next :meth:`act` and the next
+        stored row, refusing it for agents whose policy would ignore it."""
+        if not isinstance(masks, dict):
+            self._infos_action_masks = None
+            return
+        kept = {}
+        for uid, mask in masks.items():
+            if uid not in self.group_of or mask is None:
+                continue
+            group = self.group_of[uid]
+            if not group.discrete:
+                continue  # a mask of continuous actions means nothing here
+            if not group.masks_seen:
+                self._require_masked_policy(group, source='infos["action_mask"]')
+                group.masks_seen = True
+            mask = torch.as_tensor(mask, device=self.device)
+            mask = mask.reshape(mask.shape[0], -1) if mask.dim() else mask.reshape(1, -1)
+            if mask.shape[1] != group.num_actions:
+                raise ValueError(
+                    f"{type(self).__name__}: infos['action_mask']['{uid}'] has shape {tuple(mask.shape)}; expected "
+                    f"(num_envs, {group.num_actions}), bool, True where an action of {group.action_space} is allowed"
+                )
+            kept[uid] = mask.to(dtype=torch.bool, copy=True)
+        self._infos_action_masks = kept or None
 
     def _refuse_or_skip_non_finite(self, per_agent: dict[str, dict[str, torch.Tensor]]) -> None:
         """NaN/inf in rewards, observations or states: an error naming agent and tensor, or (``cfg.non_finite="skip"``)
@@ -701,13 +855,15 @@ class MADDPG(MultiAgent):
     def sample_batch(self, indexes: torch.Tensor | None = None) -> dict[str, dict[str, torch.Tensor]]:
         """Read the rows ``indexes`` (:meth:`sample_indexes` when None) of every agent's memory.
 
-        :return: ``{agent: {tensor name: (batch, size)}}``.
+        :return: ``{agent: {tensor name: (batch, size)}}``; Discrete agents' also hold ``"action_mask"`` and
+            ``"next_action_mask"``, bool ``(batch, n)``.
         """
         indexes = self.sample_indexes() if indexes is None else indexes
         batch = {}
         for uid in self.possible_agents:
-            tensors = self.memories[uid].sample_by_index(self._tensor_names, indexes=indexes)[0]
-            batch[uid] = {k: v.to(self.device) for k, v in zip(self._tensor_names, tensors, strict=True)}
+            names = self._tensor_names[uid]
+            tensors = self.memories[uid].sample_by_index(names, indexes=indexes)[0]
+            batch[uid] = {k: v.to(self.device) for k, v in zip(names, tensors, strict=True)}
         return batch
 
     def _encode_actions(self, uid: str, actions: torch.Tensor) -> torch.Tensor:
@@ -748,19 +904,31 @@ class MADDPG(MultiAgent):
     def _joint(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([parts[u] for u in self.possible_agents], dim=-1)
 
+    def _group_action_mask(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> torch.Tensor | None:
+        """The stored action masks of the group's rows, bool ``(G * B, n)`` (``next_action_mask`` when ``next_``);
+        None for continuous agents."""
+        if not group.discrete:
+            return None
+        key = "next_action_mask" if next_ else "action_mask"
+        return torch.cat([batch[u][key] for u in group.uids])
+
     def _next_joint_action(self, batch: dict) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """The next joint action ``a' = (mu'_1(o'_1), ..., mu'_n(o'_n))`` of the target policies, ``(B, joint size)``
-        (greedy one-hot for discrete agents), and each group's preprocessed next critic states ``(G * B, S)``."""
+        (for discrete agents the one-hot argmax of the logits masked with the stored ``next_action_mask``), and each
+        group's preprocessed next critic states ``(G * B, S)``."""
         next_actions, next_states = {}, {}
         with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             for group in self.groups:
                 obs, st, critic_st = self._group_inputs(group, batch, next_=True)
                 next_states[id(group)] = critic_st
-                a, out = group.target_policy.act({"observations": obs, "states": st}, role="target_policy")
+                inputs = {"observations": obs, "states": st}
+                mask = self._group_action_mask(group, batch, next_=True)
+                if mask is not None:
+                    inputs[ACTION_MASK_KEY] = mask
+                a, out = group.target_policy.act(inputs, role="target_policy")
                 if group.discrete:
-                    a = one_hot_actions(
-                        self._logits(group.target_policy, out).argmax(dim=-1), int(group.action_space.n)
-                    )
+                    logits = mask_logits(self._logits(group.target_policy, out), mask)
+                    a = one_hot_actions(logits.argmax(dim=-1), group.num_actions)
                 a = a.float().view(group.size, -1, a.shape[-1])
                 for i, uid in enumerate(group.uids):
                     next_actions[uid] = a[i]
@@ -768,9 +936,12 @@ class MADDPG(MultiAgent):
 
     @staticmethod
     def _logits(policy: Model, outputs: dict) -> torch.Tensor:
-        """Logits of a categorical policy: ``outputs["net_output"]``, or its log when the network gives probabilities."""
+        """Logits of a categorical policy: ``outputs["net_output"]``, or its log when the network gives probabilities.
+
+        A :class:`~skrl_marl_ext.models.MaskedCategoricalMixin` always puts (masked) logits there.
+        """
         net_output = outputs["net_output"]
-        if getattr(policy, "_c_unnormalized_log_prob", True):
+        if isinstance(policy, MaskedCategoricalMixin) or getattr(policy, "_c_unnormalized_log_prob", True):
             return net_output
         return torch.log(net_output.clamp(min=torch.finfo(net_output.dtype).tiny))
 
@@ -829,8 +1000,9 @@ class MADDPG(MultiAgent):
         self, group: MADDPGGroup, batch: dict, *, joint_taken: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``J = -masked mean of Q(s, a_1, .., mu_i(o_i), .., a_n)`` over the group's rows: only agent ``i``'s own action
-        comes from its policy (through the straight-through Gumbel-softmax for discrete agents), the others' are the
-        stored ones, so agent ``i``'s loss reaches no other agent's policy.
+        comes from its policy (through the straight-through Gumbel-softmax for discrete agents, on the logits masked
+        with the stored ``action_mask``: masked actions get weight 0), the others' are the stored ones, so agent
+        ``i``'s loss reaches no other agent's policy.
 
         :param joint_taken: The stored joint action as the critic reads it, ``(B, joint size)``.
         :return: The loss and ``Q`` of the policy actions, ``(G, B, 1)``.
@@ -838,11 +1010,17 @@ class MADDPG(MultiAgent):
         cfg, G = group.cfg, group.size
         mask = self._per_agent(group, batch, "agent_mask")
         obs, st, critic_st = self._group_inputs(group, batch, next_=False)
+        inputs = {"observations": obs, "states": st}
+        action_mask = self._group_action_mask(group, batch, next_=False)
+        if action_mask is not None:
+            inputs[ACTION_MASK_KEY] = action_mask
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            a, out = group.policy.act({"observations": obs, "states": st}, role="policy")
+            a, out = group.policy.act(inputs, role="policy")
             if group.discrete:
                 a = gumbel_softmax_st(
-                    logits=self._logits(group.policy, out).float(), temperature=cfg["gumbel_temperature"]
+                    logits=self._logits(group.policy, out).float(),
+                    temperature=cfg["gumbel_temperature"],
+                    mask=action_mask,
                 )
             a = a.float().view(G, -1, a.shape[-1])
             B = a.shape[1]

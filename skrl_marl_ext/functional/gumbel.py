@@ -3,6 +3,11 @@
 Jang et al. 2017 (https://arxiv.org/abs/1611.01144); Lowe et al. 2017 (MADDPG, https://arxiv.org/abs/1706.02275)
 train discrete actors through it: the forward pass gives the critic a one-hot action, the backward pass the
 gradient of the tempered softmax.
+
+Action masks: every function here takes an optional boolean ``mask`` ``(batch, num_actions)``, True where an action is
+allowed. Masked entries get the lowest finite value of the dtype (as
+:func:`skrl_marl_ext.models.mask_logits` does) *after* the noise and the temperature are applied, so they have weight
+exactly 0 in the softmax, are never the argmax (unless a row allows nothing) and receive a zero, finite gradient.
 """
 
 from __future__ import annotations
@@ -19,6 +24,39 @@ def sample_gumbel(like: torch.Tensor) -> torch.Tensor:
     return -torch.empty_like(like, memory_format=torch.legacy_contiguous_format).exponential_().log()
 
 
+def fill_masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``x`` with the entries where ``mask`` is False set to the lowest finite value of ``x``'s dtype.
+
+    The fill of :func:`skrl_marl_ext.models.mask_logits`: finite (not ``-inf``), so a softmax over it gives those
+    entries weight exactly 0 and a row with nothing allowed stays finite (uniform) instead of NaN.
+
+    :param x: Scores, shape ``(batch, num_actions)``.
+    :param mask: Boolean (or 0/1) mask of allowed actions, shape ``(batch, num_actions)``, or None (nothing masked).
+    :return: Same shape and dtype as ``x``.
+    """
+    if mask is None:
+        return x
+    return x.masked_fill(~mask.bool(), torch.finfo(x.dtype).min)
+
+
+def gumbel_max_actions(
+    *, logits: torch.Tensor, mask: torch.Tensor | None = None, gumbel_noise: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A sample of ``Categorical(logits)`` restricted to the allowed actions, by the Gumbel-max trick.
+
+    ``argmax(fill_masked(logits + g, mask))`` with ``g ~ Gumbel(0, 1)``. With ``logits`` all zero it is a uniform draw
+    among the allowed actions. A row with no allowed action gives action 0.
+
+    :param logits: Unnormalised log-probabilities, shape ``(batch, num_actions)``.
+    :param mask: Boolean mask of allowed actions, shape ``(batch, num_actions)``, or None.
+    :param gumbel_noise: Gumbel noise of the shape of ``logits``; drawn with :func:`sample_gumbel` when None.
+    :return: Action indexes, ``int64`` of shape ``(batch, 1)``.
+    """
+    if gumbel_noise is None:
+        gumbel_noise = sample_gumbel(logits)
+    return fill_masked(logits + gumbel_noise, mask).argmax(dim=-1, keepdim=True)
+
+
 def one_hot_actions(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
     """One-hot encoding of integer actions.
 
@@ -30,23 +68,34 @@ def one_hot_actions(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
 
 
 def gumbel_softmax_st(
-    *, logits: torch.Tensor, temperature: float = 1.0, gumbel_noise: torch.Tensor | None = None
+    *,
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    gumbel_noise: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Straight-through Gumbel-softmax sample.
+    """Straight-through Gumbel-softmax sample, optionally restricted to the allowed actions.
 
-    ``y_soft = softmax((logits + g) / temperature)`` with ``g ~ Gumbel(0, 1)``; the result is
+    ``y_soft = softmax(fill_masked((logits + g) / temperature, mask))`` with ``g ~ Gumbel(0, 1)``; the result is
     ``one_hot(argmax y_soft) - y_soft.detach() + y_soft``: exactly one-hot in value, with the gradient of ``y_soft``.
+    Without a mask it is torch's ``gumbel_softmax(logits, tau=temperature, hard=True)``.
+
+    With a mask, the masked entries of both the relaxed and the hard sample are exactly 0 and their gradient is 0;
+    the result and its gradient stay finite even when ``logits`` already hold the lowest finite value (or ``-inf``)
+    there, as the masked logits of :class:`~skrl_marl_ext.models.MaskedCategoricalMixin` do. A row with no allowed
+    action gives a uniform ``y_soft`` (and the hard action 0).
 
     :param logits: Unnormalised log-probabilities, shape ``(batch, num_actions)``.
     :param temperature: Softmax temperature ``> 0``; lower is closer to the argmax and has higher-variance gradients.
     :param gumbel_noise: Gumbel noise of the shape of ``logits``; drawn with :func:`sample_gumbel` when None.
+    :param mask: Boolean mask of allowed actions, shape ``(batch, num_actions)``, or None (nothing masked).
     :return: Shape ``(batch, num_actions)``, one-hot rows, differentiable with respect to ``logits``.
     """
     if temperature <= 0:
         raise ValueError(f"gumbel_softmax_st: temperature must be > 0, got {temperature}")
     if gumbel_noise is None:
         gumbel_noise = sample_gumbel(logits)
-    y_soft = torch.softmax((logits + gumbel_noise) / temperature, dim=-1)
+    y_soft = torch.softmax(fill_masked((logits + gumbel_noise) / temperature, mask), dim=-1)
     index = y_soft.argmax(dim=-1, keepdim=True)
     y_hard = torch.zeros_like(y_soft).scatter_(-1, index, 1.0)
     return y_hard - y_soft.detach() + y_soft

@@ -1,7 +1,8 @@
 """Models for MADDPG: a deterministic (tanh-squashed) policy, a centralised Q critic, and the joint action space.
 
 Discrete-action MADDPG policies are categorical policies whose logits are read from ``outputs["net_output"]``
-(:class:`~skrl_marl_ext.models.CategoricalMLP` or any skrl ``CategoricalMixin`` model).
+(:class:`~skrl_marl_ext.models.CategoricalMLP` or any skrl ``CategoricalMixin`` model); with action masks they must be
+:class:`~skrl_marl_ext.models.MaskedCategoricalMixin` models (``CategoricalMLP`` is one).
 """
 
 from __future__ import annotations
