@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gymnasium
 import pytest
+import torch
 from helpers import drive, make_agent, make_maddpg, make_maddpg_models, make_models, spread
 from skrl.memories.torch import RandomMemory
 
@@ -81,12 +82,6 @@ def mappo_missing_agent_models():
     m = make_models(env)
     del m["agent_2"]
     return make_agent(env, models=m)
-
-
-@case(r"cfg.mini_batches \(100\).*larger than the 8 samples")
-def mappo_mini_batches_larger_than_a_rollout():
-    memories = {uid: RandomMemory(memory_size=2, num_envs=4) for uid in env.possible_agents}
-    return make_agent(env, cfg={"rollouts": 2, "mini_batches": 100}, memories=memories)
 
 
 @case("cfg.rollouts must be a positive integer")
@@ -201,6 +196,16 @@ LATE = {"ippo_memories_wrong_num_envs", "maddpg_memories_wrong_num_envs"}
 def test_the_table_covers_all_three_algorithms():
     assert len(CASES) >= 20
     assert {name.split("_")[0] for name in CASES} == {"mappo", "ippo", "maddpg"}
+
+
+def test_mini_batches_larger_than_a_rollout_warn_at_construction_and_train_finite():
+    # skrl accepts it (and trains on the NaN of empty mini-batches): accepted, said, and run with one sample each
+    memories = {uid: RandomMemory(memory_size=2, num_envs=4) for uid in env.possible_agents}
+    with pytest.warns(UserWarning, match=r"cfg.mini_batches \(100\).*larger than the 8 samples.*using 8"):
+        agent = make_agent(env, cfg={"rollouts": 2, "mini_batches": 100}, memories=memories)
+    drive(agent, env, 2)
+    assert all(group.mini_batches == 8 for group in agent.groups)
+    assert all(torch.isfinite(p).all() for uid in env.possible_agents for p in agent.policies[uid].parameters())
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

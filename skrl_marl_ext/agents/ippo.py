@@ -20,13 +20,14 @@ class IPPO_CFG(OnPolicyCfg):
 class IPPO(OnPolicyAgent):
     """Independent Proximal Policy Optimization, a drop-in for ``skrl.multi_agents.torch.ippo.IPPO``.
 
-    The value model reads the agent's own observation: it is given under ``inputs["observations"]`` *and* under
-    ``inputs["states"]``, so the critic stays local whichever key it reads (skrl 2.1.1's IPPO hands the critic the
-    global state under ``"states"``). The policy receives the env's states under ``"states"`` as in skrl, when the env
-    has any. ``state_spaces`` may be omitted.
+    The models get exactly what skrl 2.1.1's IPPO gives them (and what MAPPO gives them): the agent's observation
+    under ``inputs["observations"]`` and the env's state under ``inputs["states"]`` (None when the env has no state).
+    An independent critic is a value model that reads ``"observations"`` (e.g.
+    ``ValueMLP(..., input="observations")``); a value model sized from the state space reads ``"states"``, as Isaac
+    Lab's ``skrl_ippo_cfg.yaml`` files build it. ``state_spaces`` may be omitted.
 
     Parameters are those of :class:`~skrl_marl_ext.MAPPO`, with ``cfg`` an :class:`IPPO_CFG` or a dict.
     """
 
     cfg_class = IPPO_CFG
-    critic_reads_states = False
+    requires_states = False

@@ -37,4 +37,4 @@ class MAPPO(OnPolicyAgent):
     """
 
     cfg_class = MAPPO_CFG
-    critic_reads_states = True
+    requires_states = True

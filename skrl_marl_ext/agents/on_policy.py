@@ -18,6 +18,7 @@ mini-batch is one loss over all the group's agents with one optimiser step (one 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +54,13 @@ from skrl_marl_ext.functional import (
     normalize_advantages,
     value_loss,
 )
-from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
+from skrl_marl_ext.keys import (
+    ACTION_MASK_KEY,
+    AGENT_MASK_KEY,
+    FINAL_OBSERVATIONS_KEY,
+    FINAL_STATES_KEY,
+    MEAN_ACTIONS_KEY,
+)
 from skrl_marl_ext.models.agent_id import append_agent_id
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
 from skrl_marl_ext.preprocessors import update_statistics
@@ -110,6 +117,8 @@ class AgentGroup:
     """Whether the action mask is the ``"action_mask"`` entry of a Dict observation space."""
     masks_seen: bool = False
     """Whether an action mask has been given to this group's policy (then it is stored and used in the update)."""
+    mini_batches: int = 0
+    """Mini-batches per epoch: ``cfg["mini_batches"]``, at most the samples per agent of a rollout (0: not known)."""
 
     @property
     def size(self) -> int:
@@ -125,9 +134,10 @@ class OnPolicyAgent(MultiAgent):
     """Base of :class:`~skrl_marl_ext.MAPPO` and :class:`~skrl_marl_ext.IPPO` (see the module docstring)."""
 
     cfg_class: type = OnPolicyCfg
-    critic_reads_states: bool = True
-    """What the value model reads under ``inputs["states"]``: the global state (MAPPO) or the agent's own
-    observation (IPPO). The value model also always gets the observations under ``inputs["observations"]``."""
+    requires_states: bool = True
+    """Whether the agent refuses to be built without ``state_spaces`` (MAPPO's centralised critic). Both agents feed
+    the models the same inputs, as skrl 2.1.1 does: the agent's observation under ``inputs["observations"]`` and the
+    env's state under ``inputs["states"]``; what a model reads is the model's choice."""
 
     def __init__(
         self,
@@ -152,7 +162,7 @@ class OnPolicyAgent(MultiAgent):
             observation_spaces=observation_spaces,
             state_spaces=state_spaces,
             action_spaces=action_spaces,
-            need_states=self.critic_reads_states,
+            need_states=self.requires_states,
         )
         super().__init__(
             possible_agents=list(possible_agents),
@@ -179,6 +189,8 @@ class OnPolicyAgent(MultiAgent):
 
         for group in self.groups:
             self._set_up_group(group)
+            if self._num_envs_hint is not None:
+                self._set_mini_batches(group, self._num_envs_hint)
 
         # models start identical on every rank of a distributed run
         broadcast_modules([m for group in self.groups for m in (group.policy, group.value)])
@@ -193,6 +205,7 @@ class OnPolicyAgent(MultiAgent):
 
     def _check_memories(self) -> None:
         """Memories are optional: the rollout lives in one buffer per group. Given ones must fit the rollout."""
+        self._num_envs_hint = None
         if not self.memories:
             self.memories = None
             return
@@ -210,15 +223,24 @@ class OnPolicyAgent(MultiAgent):
         sizes = {uid: self.memories[uid].num_envs for uid in self.possible_agents}
         if len(set(sizes.values())) > 1:
             raise ValueError(f"{name}: the memories were created with different num_envs {sizes}; use env.num_envs")
-        samples = self.cfg.rollouts * next(iter(sizes.values()))
-        for uid in self.possible_agents:
-            mini_batches = self.cfg.value_for("mini_batches", uid)
-            if mini_batches > samples:
-                raise ValueError(
-                    f"{name}: cfg.mini_batches ({mini_batches}) for agent '{uid}' is larger than the {samples} samples "
-                    f"per agent a rollout of these memories gives (rollouts {self.cfg.rollouts} x num_envs "
-                    f"{samples // self.cfg.rollouts}); lower mini_batches or raise rollouts"
-                )
+        self._num_envs_hint = next(iter(sizes.values()))
+
+    def _set_mini_batches(self, group: AgentGroup, num_envs: int) -> None:
+        """Fix the group's mini-batches per epoch once ``num_envs`` is known: ``cfg.mini_batches``, or the number of
+        samples per agent of a rollout when that is smaller (with a warning; skrl 2.1.1 then splits the rollout into
+        empty mini-batches, whose mean loss is NaN, and trains on it)."""
+        if group.mini_batches:
+            return
+        requested, samples = group.cfg["mini_batches"], self.cfg.rollouts * num_envs
+        group.mini_batches = min(requested, samples)
+        if requested > samples:
+            warnings.warn(
+                f"{type(self).__name__}: cfg.mini_batches ({requested}) for agents {group.uids} is larger than the "
+                f"{samples} samples per agent a rollout gives (rollouts {self.cfg.rollouts} x num_envs {num_envs}); "
+                f"using {samples} mini-batches of one sample. skrl 2.1.1 would add empty mini-batches, whose loss is "
+                "NaN. Lower mini_batches or raise rollouts to silence this",
+                stacklevel=3,
+            )
 
     def _build_groups(self) -> list[AgentGroup]:
         groups = []
@@ -278,13 +300,16 @@ class OnPolicyAgent(MultiAgent):
             cfg["observation_preprocessor"], cfg["observation_preprocessor_kwargs"], group.observation_space
         )
         if cfg["state_preprocessor"] and group.state_space is None:
-            raise ValueError(
-                f"{name}: cfg.state_preprocessor is set but agents {group.uids} have no state space; "
-                "pass state_spaces=env.state_spaces or remove the state preprocessor"
+            # skrl accepts it (its preprocessor then passes None through): accepted, and said
+            warnings.warn(
+                f"{name}: cfg.state_preprocessor is set but agents {group.uids} have no state space, so it has "
+                "nothing to preprocess and is not used; pass state_spaces=env.state_spaces or remove it",
+                stacklevel=3,
             )
-        group.state_preprocessor = self._make_preprocessor(
-            cfg["state_preprocessor"], cfg["state_preprocessor_kwargs"], group.state_space
-        )
+        else:
+            group.state_preprocessor = self._make_preprocessor(
+                cfg["state_preprocessor"], cfg["state_preprocessor_kwargs"], group.state_space
+            )
         group.value_preprocessor = self._make_preprocessor(
             cfg["value_preprocessor"], cfg["value_preprocessor_kwargs"], 1
         )
@@ -346,7 +371,7 @@ class OnPolicyAgent(MultiAgent):
     def _value_inputs(
         self, group: AgentGroup, observations: torch.Tensor, states: torch.Tensor | None
     ) -> dict[str, Any]:
-        return {"observations": observations, "states": states if self.critic_reads_states else observations}
+        return {"observations": observations, "states": states}
 
     _stack = staticmethod(stack_agents)
 
@@ -394,15 +419,10 @@ class OnPolicyAgent(MultiAgent):
                 f"create RandomMemory(memory_size={self.cfg.rollouts}, num_envs=env.num_envs)"
             )
         T, G = self.cfg.rollouts, group.size
-        if group.cfg["mini_batches"] > T * num_envs:
-            raise ValueError(
-                f"{name}: cfg.mini_batches ({group.cfg['mini_batches']}) for agents {group.uids} is larger than the "
-                f"{T * num_envs} samples per agent a rollout gives (rollouts {T} x num_envs {num_envs}); "
-                "lower mini_batches or raise rollouts"
-            )
+        self._set_mini_batches(group, num_envs)
         state_tensors = [states.get(uid) for uid in group.uids] if isinstance(states, dict) else []
         has_states = bool(state_tensors) and state_tensors[0] is not None
-        if self.critic_reads_states and not has_states:
+        if self.requires_states and not has_states:
             raise ValueError(
                 f"{name}: the env gave no states for agents {group.uids} but the centralised critic reads them; "
                 "use an env with a global state (env.state()) or IPPO"
@@ -424,6 +444,8 @@ class OnPolicyAgent(MultiAgent):
         }
         if has_states:
             specs["states"] = (1 if group.shared_state else G, state_tensors[0].shape[-1], torch.float32)
+        if group.cfg["time_limit_bootstrap"]:
+            specs["final_values"] = (G, 1, torch.float32)  # V(final observation), or V(s_t), of the step's episode
         if isinstance(group.action_space, gymnasium.spaces.Discrete) and not group.mask_in_observations:
             specs["action_mask"] = (G, int(group.action_space.n), torch.bool)
         group.buffers = {
@@ -507,9 +529,10 @@ class OnPolicyAgent(MultiAgent):
                         self._policy_inputs(group, obs, st, action_mask), role="policy"
                     )
                     if buffers:
+                        # the critic's own output (normalised space under a value preprocessor), kept in fp32: it is
+                        # the value-clip anchor, and is denormalised in fp32 with these statistics at the update
                         values, _ = group.value.act(self._value_inputs(group, obs, st), role="value")
-                        values = group.value_preprocessor(values, inverse=True)
-                        buffers["values"][t].copy_(values.view(buffers["values"][t].shape))
+                        buffers["values"][t].copy_(values.float().view(buffers["values"][t].shape))
                         buffers["log_prob"][t].copy_(group_outputs["log_prob"].view(buffers["log_prob"][t].shape))
 
                 G, n = group.size, raw_obs.shape[1]
@@ -595,6 +618,8 @@ class OnPolicyAgent(MultiAgent):
                 buffers["rewards"][t] = self.cfg.rewards_shaper(buffers["rewards"][t], timestep, timesteps)
             self._stack(terminated, group.uids, buffers["terminated"][t])
             self._stack(truncated, group.uids, buffers["truncated"][t])
+            if "final_values" in buffers:
+                self._record_final_values(group, t, infos)
             mask = buffers["agent_mask"][t]
             if any(uid not in observations for uid in group.uids) or any(uid in agent_masks for uid in group.uids):
                 for i, uid in enumerate(group.uids):
@@ -606,6 +631,34 @@ class OnPolicyAgent(MultiAgent):
                         mask[i].fill_(True)
             else:
                 mask.fill_(True)
+
+    def _record_final_values(self, group: AgentGroup, t: int, infos: dict) -> None:
+        """Store the value the time-limit bootstrap of step ``t`` uses (read only where the step was truncated).
+
+        ``V(final observation)`` where the env handed the episode's final observation (and final state, when the group
+        has states) in ``infos``; otherwise ``V(s_t)``, the value of the truncated step itself (rsl_rl's
+        approximation). The next observation cannot be used: an env that resets in place returns the next episode's
+        first observation there. The critic's raw output is stored, as for ``values``.
+        """
+        b = group.buffers
+        target = b["final_values"][t]
+        target.copy_(b["values"][t])
+        finals = infos.get(FINAL_OBSERVATIONS_KEY)
+        final_states = infos.get(FINAL_STATES_KEY)
+        if not isinstance(finals, dict) or any(finals.get(uid) is None for uid in group.uids):
+            return
+        raw_states = None
+        if "states" in b:
+            if not isinstance(final_states, dict) or final_states.get(group.uids[0]) is None:
+                return  # an observation without its state: keep V(s_t)
+            uids = group.uids[:1] if group.shared_state else group.uids
+            raw_states = self._stack(final_states, uids)
+        raw_obs = self._stack(finals, group.uids)
+        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            obs, st = self._preprocess(group, raw_obs, raw_states)
+            final_values, _ = group.value.act(self._value_inputs(group, obs, st), role="value")
+        ended = b["terminated"][t] | b["truncated"][t]
+        target.copy_(torch.where(ended, final_values.float().view(target.shape), target))
 
     def pre_interaction(self, *, timestep: int, timesteps: int) -> None:
         """Nothing to do before the environment step."""
@@ -652,7 +705,7 @@ class OnPolicyAgent(MultiAgent):
         before what was computed from them (a NaN observation makes the action and, through the env, the team's
         rewards non-finite too).
         """
-        keys = ("observations", "states", "rewards", "actions", "log_prob", "values")
+        keys = ("observations", "states", "rewards", "actions", "log_prob", "values", "final_values")
         bad = [
             {key: ~torch.isfinite(group.buffers[key]).all(dim=-1) for key in keys if key in group.buffers}
             for group in groups
@@ -683,33 +736,45 @@ class OnPolicyAgent(MultiAgent):
             'cfg.non_finite="skip" to mask such samples out of learning'
         )
 
-    def _update_group(self, group: AgentGroup, *, timestep: int, timesteps: int) -> None:
-        cfg, b = group.cfg, group.buffers
-        policy, value = group.policy, group.value
-        T, G, N = b["rewards"].shape[:3]
-
-        # value of the observation after the last step, for the bootstrap
+    def _last_values(self, group: AgentGroup) -> torch.Tensor:
+        """The critic's raw output for the observations after the rollout's last step, ``(1, G, N, 1)`` fp32."""
+        b = group.buffers
+        G, N = b["rewards"].shape[1:3]
         with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             raw_obs = self._stack(self._next_observations, group.uids)
             raw_states = None
             if "states" in b:
                 raw_states = self._stack(self._next_states, group.uids[:1] if group.shared_state else group.uids)
             obs, st = self._preprocess(group, raw_obs, raw_states)
-            value.enable_training_mode(False)
-            last_values, _ = value.act(self._value_inputs(group, obs, st), role="value")
-            value.enable_training_mode(True)
-            last_values = group.value_preprocessor(last_values, inverse=True).float().view(1, G, N, 1)
-            if self.cfg.non_finite == "skip":  # a non-finite next observation: no bootstrap from it, no last sample
-                finite = torch.isfinite(last_values)
-                b["agent_mask"][-1:] &= finite
-                last_values = torch.where(finite, last_values, 0.0)
+            group.value.enable_training_mode(False)
+            last_values, _ = group.value.act(self._value_inputs(group, obs, st), role="value")
+            group.value.enable_training_mode(True)
+        last_values = last_values.float().view(1, G, N, 1)
+        if self.cfg.non_finite == "skip":  # a non-finite next observation: no bootstrap from it, no last sample
+            finite = torch.isfinite(last_values)
+            b["agent_mask"][-1:] &= finite
+            last_values = torch.where(finite, last_values, 0.0)
+        return last_values
 
-        mask = b["agent_mask"]
-        values = b["values"]
+    def _advantages(self, group: AgentGroup) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """GAE over the group's rollout, in the value scale of the env.
+
+        The critic's stored raw outputs are denormalised (in fp32) with the value statistics they were computed with:
+        statistics change only after this point. A truncated step bootstraps from ``final_values`` (see
+        :meth:`_record_final_values`), never from the next episode's first observation.
+
+        :return: ``(values, advantages, returns)``, each ``(T, G, N, 1)``; advantages standardised per agent.
+        """
+        cfg, b = group.cfg, group.buffers
+        denormalize = group.value_preprocessor
+        values = denormalize(b["values"], inverse=True)
+        next_values = torch.cat([values[1:], denormalize(self._last_values(group), inverse=True)])
+        if cfg["time_limit_bootstrap"]:
+            next_values = torch.where(b["truncated"], denormalize(b["final_values"], inverse=True), next_values)
         advantages, returns = compute_gae(
             rewards=b["rewards"],
             values=values,
-            next_values=torch.cat([values[1:], last_values]),
+            next_values=next_values,
             terminated=b["terminated"],
             truncated=b["truncated"],
             discount_factor=cfg["discount_factor"],
@@ -717,19 +782,35 @@ class OnPolicyAgent(MultiAgent):
             time_limit_bootstrap=cfg["time_limit_bootstrap"],
         )
         # per-agent standardisation over (step, env), unmasked samples only
-        advantages = normalize_advantages(advantages, mask, dim=(0, 2, 3))
-        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
+        return values, normalize_advantages(advantages, b["agent_mask"], dim=(0, 2, 3)), returns
 
-        # statistics: once per update, from the unmasked samples, the same on every rank
-        if group.value_preprocessor is not identity:
-            update_statistics(group.value_preprocessor, returns, mask)
-            returns = group.value_preprocessor(returns)
-            values = group.value_preprocessor(values)
+    def _update_input_statistics(self, group: AgentGroup) -> None:
+        """Fold this rollout's unmasked observations and states into their preprocessors' statistics.
+
+        Called after the epochs: the update re-evaluates the policy with the statistics it acted with, so the first
+        mini-batch's probability ratio is exactly 1 (skrl 2.1.1 refreshes them during the first epoch, so its first
+        mini-batch is already off-policy). The next rollout acts with the refreshed statistics.
+        """
+        b, mask = group.buffers, group.buffers["agent_mask"]
         if group.observation_preprocessor is not identity:
             update_statistics(group.observation_preprocessor, b["observations"], mask)
         if "states" in b and group.state_preprocessor is not identity:
             state_mask = mask.any(dim=1, keepdim=True) if group.shared_state else mask
             update_statistics(group.state_preprocessor, b["states"], state_mask)
+
+    def _update_group(self, group: AgentGroup, *, timestep: int, timesteps: int) -> None:
+        cfg, b = group.cfg, group.buffers
+        policy, value = group.policy, group.value
+        T, G, N = b["rewards"].shape[:3]
+
+        values, advantages, returns = self._advantages(group)
+        mask = b["agent_mask"]
+        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
+        # value targets: normalised with statistics refreshed by this rollout's returns (the MAPPO paper's code); the
+        # clip anchor stays the critic's raw output at collection time (b["values"])
+        if group.value_preprocessor is not identity:
+            update_statistics(group.value_preprocessor, returns, mask)
+            returns = group.value_preprocessor(returns)
 
         # the whole rollout, preprocessed once, as (G, T * N, size); then mini-batches index dim 1
         def per_agent(x: torch.Tensor) -> torch.Tensor:
@@ -752,7 +833,7 @@ class OnPolicyAgent(MultiAgent):
             "states": st.view(G, T * N, -1) if st is not None else None,
             "actions": per_agent(b["actions"]),
             "log_prob": per_agent(b["log_prob"]),
-            "values": per_agent(values),
+            "values": per_agent(b["values"]),
             "returns": per_agent(returns),
             "advantages": per_agent(advantages),
         }
@@ -774,7 +855,8 @@ class OnPolicyAgent(MultiAgent):
         stop = False
         for _ in range(cfg["learning_epochs"]):
             epoch_kl = []
-            for indexes in torch.randperm(T * N, device=self.device).chunk(cfg["mini_batches"]):
+            # np.array_split's sizes, as skrl's memories split (chunk() may give fewer mini-batches)
+            for indexes in torch.tensor_split(torch.randperm(T * N, device=self.device), group.mini_batches):
                 batch = {k: (v[:, indexes] if v is not None else None) for k, v in data.items()}
                 batch.update(zip(floats, packed[:, indexes].split(widths, dim=-1), strict=True))
                 if shared_states is not None:
@@ -870,6 +952,7 @@ class OnPolicyAgent(MultiAgent):
                     group.scheduler.step()
             if stop:
                 break
+        self._update_input_statistics(group)
 
         # tracking: one host read per update
         stats = (sums / max(updates, 1)).tolist()

@@ -86,7 +86,8 @@ class OnPolicyCfg(MarlCfg):
     (mixed precision) and averaged over ranks before clipping."""
 
     ratio_clip: float | dict[str, float] = 0.2
-    """Clipping coefficient of the surrogate objective (per agent)."""
+    """Clipping coefficient of the surrogate objective (per agent); ``0`` is accepted, as skrl accepts it (the ratio
+    is then clipped to 1: the surrogate is ``min(r * A, A)``)."""
 
     value_clip: float | dict[str, float] = 0.2
     """Value clipping range (per agent); ``<= 0`` disables it. The MAPPO paper's form is used: the loss is the *max*
@@ -103,8 +104,19 @@ class OnPolicyCfg(MarlCfg):
     the update is skipped, all remaining epochs included. ``0`` disables it (and its one host sync per mini-batch)."""
 
     time_limit_bootstrap: bool | dict[str, bool] = False
-    """At truncated steps, keep the bootstrap ``gamma * V(next observation)`` (per agent). The recursion is cut at
-    truncation either way, so no advantage leaks into the next episode (skrl 2.1.1 lets it leak when this is off)."""
+    """At truncated steps, keep the bootstrap ``gamma * V(final observation)`` (per agent); off, a truncated step is
+    treated as terminated. The recursion is cut at truncation either way, so no advantage leaks into the next episode
+    (skrl 2.1.1 lets it leak when this is off).
+
+    Every vectorized env resets in place, so the observation after a truncated step is the *next* episode's first
+    one, and ``V`` of it is the wrong bootstrap (skrl 2.1.1 uses it). Instead:
+
+    - where the env hands the episode's final observation (and final state) in its step infos, under
+      ``infos["final_observations"]`` / ``infos["final_states"]`` (:data:`skrl_marl_ext.keys.FINAL_OBSERVATIONS_KEY`;
+      this package's VMAS, batched PettingZoo and built-in envs do), the bootstrap is ``gamma * V(final
+      observation)``, evaluated when the step is recorded;
+    - otherwise (Isaac Lab's envs expose no final observation) it is ``gamma * V(s_t)``, the value of the truncated
+      step itself: rsl_rl's approximation, exact when the value changes little over one step."""
 
     rewards_shaper: Callable | None = None
     """Function ``(rewards, timestep, timesteps) -> rewards`` applied before storage. It receives one group's rewards
@@ -152,7 +164,7 @@ class OnPolicyCfg(MarlCfg):
         check_range(owner, "discount_factor", self.discount_factor, low=0.0, high=1.0)
         check_range(owner, "gae_lambda", self.gae_lambda, low=0.0, high=1.0)
         check_range(owner, "learning_rate", self.learning_rate, low=0.0, low_open=True)
-        check_range(owner, "ratio_clip", self.ratio_clip, low=0.0, low_open=True)
+        check_range(owner, "ratio_clip", self.ratio_clip, low=0.0)
         for name in ("grad_norm_clip", "value_clip", "kl_threshold", "huber_delta", "value_loss_scale"):
             check_range(owner, name, getattr(self, name), low=0.0)
         check_range(owner, "entropy_loss_scale", self.entropy_loss_scale)

@@ -8,7 +8,6 @@ import gymnasium
 import torch
 from skrl.models.torch import (
     CategoricalMixin,
-    DeterministicMixin,
     GaussianMixin,
     Model,
     MultiCategoricalMixin,
@@ -112,14 +111,19 @@ def check_agent_inputs(
 
 
 def check_policy_family(*, owner: str, uids: list[str], policy: Model, action_space: gymnasium.Space) -> None:
-    """Refuse a stochastic policy whose distribution does not fit the action space."""
-    continuous = (GaussianMixin, MultivariateGaussianMixin)
-    if isinstance(action_space, gymnasium.spaces.Discrete) and isinstance(policy, continuous + (DeterministicMixin,)):
+    """Refuse a stochastic policy whose distribution does not fit the action space.
+
+    The policy's *distribution* mixin decides: a skrl shared model such as ``shared_model(..., structure=
+    [CategoricalMixin, DeterministicMixin])`` is a categorical policy (its DeterministicMixin serves the value role).
+    """
+    continuous = isinstance(policy, (GaussianMixin, MultivariateGaussianMixin))
+    discrete = isinstance(policy, (CategoricalMixin, MultiCategoricalMixin))
+    if isinstance(action_space, gymnasium.spaces.Discrete) and continuous and not discrete:
         raise ValueError(
             f"{owner}: the policy of agents {uids} is a {type(policy).__name__} (continuous actions) but their action "
             f"space is {action_space}; use CategoricalMixin (or skrl_marl_ext.models.MaskedCategoricalMixin)"
         )
-    if isinstance(action_space, gymnasium.spaces.Box) and isinstance(policy, (CategoricalMixin, MultiCategoricalMixin)):
+    if isinstance(action_space, gymnasium.spaces.Box) and discrete and not continuous:
         raise ValueError(
             f"{owner}: the policy of agents {uids} is a {type(policy).__name__} (discrete actions) but their action "
             f"space is {action_space}; use GaussianMixin for Box actions"
@@ -127,6 +131,12 @@ def check_policy_family(*, owner: str, uids: list[str], policy: Model, action_sp
     if isinstance(action_space, gymnasium.spaces.MultiDiscrete) and not isinstance(policy, MultiCategoricalMixin):
         raise ValueError(
             f"{owner}: agents {uids} have a MultiDiscrete action space; their policy must be a MultiCategoricalMixin"
+        )
+    if not (continuous or discrete):
+        raise ValueError(
+            f"{owner}: the policy of agents {uids} is a {type(policy).__name__}, which has no distribution to sample "
+            "from and no log-probability; a PPO policy needs GaussianMixin or MultivariateGaussianMixin (Box actions) "
+            "or CategoricalMixin (Discrete actions)"
         )
 
 
@@ -176,17 +186,27 @@ def dry_run(
                 f"{owner}: the policy of agents {uids} returns log_prob of shape {tuple(outputs['log_prob'].shape)}, "
                 f"expected ({rows}, 1); keep the mixin's default reduction='sum'"
             )
-        if value is None:
-            return
-        try:
-            values, _ = value.act(value_inputs, role=value_role)
-        except Exception as e:
-            raise ValueError(
-                f"{owner}: the {value_role} model of agents {uids} failed on its inputs ({_shapes(value_inputs)}): "
-                f"{type(e).__name__}: {e}. Size the model from the spaces it reads"
-            ) from e
-        if tuple(values.shape) != (rows, value_width):
-            raise ValueError(
-                f"{owner}: the {value_role} model of agents {uids} returns shape {tuple(values.shape)} for inputs "
-                f"({_shapes(value_inputs)}); expected ({rows}, {value_width})"
-            )
+        # twice: a skrl shared model (single forward pass) answers a value call that follows a policy call from the
+        # policy call's cached output (and clears it), which would hide a value model fed the wrong inputs; the
+        # second call computes from the value inputs themselves
+        for _ in range(2):
+            _check_value(owner, uids, value, value_inputs, rows=rows, width=value_width, role=value_role)
+
+
+def _check_value(owner: str, uids: list[str], value: Model | None, inputs, *, rows: int, width: int, role: str) -> None:
+    if value is None:
+        return
+    try:
+        values, _ = value.act(inputs, role=role)
+    except Exception as e:
+        raise ValueError(
+            f"{owner}: the {role} model of agents {uids} failed on its inputs ({_shapes(inputs)}): "
+            f"{type(e).__name__}: {e}. Size the model from the spaces it reads (a value model sized from the state "
+            "space reads inputs['states'], the env's state; one that reads inputs['observations'] is sized from the "
+            "observation space)"
+        ) from e
+    if tuple(values.shape) != (rows, width):
+        raise ValueError(
+            f"{owner}: the {role} model of agents {uids} returns shape {tuple(values.shape)} for inputs "
+            f"({_shapes(inputs)}); expected ({rows}, {width})"
+        )

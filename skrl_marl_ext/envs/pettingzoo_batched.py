@@ -20,6 +20,9 @@ What the agents see:
   terminated or truncated.
 - The global state is the env's ``state()`` when it has ``state_space`` (e.g. mpe2), shape ``(num_envs, state_size)``;
   otherwise there is none (None), and only IPPO-style critics can be used.
+- ``infos["final_observations"][agent]`` ``(num_envs, obs_size)`` and ``infos["final_states"][agent]``, at a step
+  where some copy's episode ended: that copy's last observations and state, before the reset (other rows: the copies'
+  current ones). The time-limit bootstrap of the agents uses them (see :mod:`skrl_marl_ext.keys`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import torch
 from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
 
-from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 
 
 def _split_action_mask(space: gymnasium.Space) -> tuple[gymnasium.Space, bool]:
@@ -138,12 +141,13 @@ class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
         observations, infos = self.envs[index].reset(seed=seed)
         self._split(index, observations, infos)
 
-    def _stack_observations(self) -> dict[str, torch.Tensor]:
+    def _stack_observations(self, copies: list[dict[str, Any]] | None = None) -> dict[str, torch.Tensor]:
+        """``{agent: (num_envs, obs_size)}`` of the copies' observations (``self._observations`` when None)."""
         result = {}
         for uid in self._possible_agents:
             space = self._observation_spaces[uid]
             rows = []
-            for obs in self._observations:
+            for obs in self._observations if copies is None else copies:
                 value = obs.get(uid)
                 if value is None:
                     rows.append(self._zeros[uid])
@@ -198,6 +202,7 @@ class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
         terminated = np.ones((len(agents), n), dtype=bool)  # absent agents count as terminated
         truncated = np.zeros((len(agents), n), dtype=bool)
         acted = np.zeros((len(agents), n), dtype=bool)
+        finals: dict[int, tuple[dict[str, Any], np.ndarray | None]] = {}  # ended copies: last observations, state
         for index, env in enumerate(self.envs):
             live = list(env.agents)
             step_actions = {uid: numpy_actions[uid][index] for uid in live}
@@ -208,9 +213,10 @@ class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
                     rewards[a, index] = step_rewards.get(uid, 0.0)
                     terminated[a, index] = bool(step_terminated.get(uid, False))
                     truncated[a, index] = bool(step_truncated.get(uid, False)) and not terminated[a, index]
-            if env.agents:
-                self._split(index, observations, infos)
-            else:
+            self._split(index, observations, infos)
+            if not env.agents:
+                state = self._copy_state(env) if self._state_space is not None else None
+                finals[index] = (self._observations[index], state)
                 self._reset_copy(index)
 
         def per_agent(array: np.ndarray, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -219,6 +225,8 @@ class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
 
         infos = self._infos()
         infos[AGENT_MASK_KEY] = per_agent(acted, torch.bool)
+        if finals:
+            infos.update(self._final_infos(finals))
         return (
             self._stack_observations(),
             per_agent(rewards, torch.float32),
@@ -227,12 +235,25 @@ class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
             infos,
         )
 
+    @staticmethod
+    def _copy_state(env: Any) -> np.ndarray:
+        return np.asarray(env.state(), dtype=np.float32).reshape(-1)
+
+    def _final_infos(self, finals: dict[int, tuple[dict[str, Any], np.ndarray | None]]) -> dict[str, Any]:
+        """``final_observations`` / ``final_states`` of the copies that ended in this step (other rows: current)."""
+        copies = [finals[i][0] if i in finals else obs for i, obs in enumerate(self._observations)]
+        infos: dict[str, Any] = {FINAL_OBSERVATIONS_KEY: self._stack_observations(copies)}
+        if self._state_space is not None:
+            rows = [finals[i][1] if i in finals else self._copy_state(env) for i, env in enumerate(self.envs)]
+            state = torch.as_tensor(np.stack(rows), device=self.device)
+            infos[FINAL_STATES_KEY] = {uid: state for uid in self._possible_agents}
+        return infos
+
     def state(self) -> dict[str, torch.Tensor | None]:
         """The env's global state ``(num_envs, state_size)`` (one tensor for every agent), or None without one."""
         if self._state_space is None:
             return {uid: None for uid in self._possible_agents}
-        rows = [np.asarray(env.state(), dtype=np.float32).reshape(-1) for env in self.envs]
-        state = torch.as_tensor(np.stack(rows), device=self.device)
+        state = torch.as_tensor(np.stack([self._copy_state(env) for env in self.envs]), device=self.device)
         return {uid: state for uid in self._possible_agents}
 
     def render(self, *args, **kwargs) -> Any:

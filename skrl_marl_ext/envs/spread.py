@@ -7,7 +7,10 @@ the goals move from episode to episode, no constant action solves it; a policy m
 It has the interface of an Isaac Lab ``DirectMARLEnv`` as skrl's wrapper sees it (``possible_agents``,
 ``observation_spaces``, ``action_spaces``, ``state_space``, ``num_envs``, ``device``, ``reset()``, ``step()``,
 ``state()``), so :func:`make_spread_env` hands it to skrl's own ``IsaacLabMultiAgentWrapper``: the same path an
-Isaac Lab multi-agent task takes. Everything is ``(num_envs, ...)`` tensors; finished envs reset in place.
+Isaac Lab multi-agent task takes. Everything is ``(num_envs, ...)`` tensors; finished envs reset in place. Unlike an
+Isaac Lab env, at a step where some env ends the extras (the infos the agents get) also hold the ended episodes' last
+observations and states, ``extras["final_observations"]`` and ``extras["final_states"]`` (see
+:mod:`skrl_marl_ext.keys`), which the time-limit bootstrap uses.
 
 Returns (the team reward summed over the 25 steps of an episode, per agent; measured, see the README):
 a random policy gets about -26, moving straight to the goal about -6.
@@ -22,7 +25,7 @@ import numpy as np
 import torch
 from skrl.envs.wrappers.torch.isaaclab_envs import IsaacLabMultiAgentWrapper
 
-from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 
 # discrete actions: stay, +x, -x, +y, -y
 _MOVES = ((0.0, 0.0), (1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0))
@@ -160,7 +163,13 @@ class SpreadEnv:
         extras: dict[str, Any] = {}
         if self.agent_masks:
             extras[AGENT_MASK_KEY] = {uid: acted[:, i : i + 1] for i, uid in enumerate(self.possible_agents)}
-        self._reset_envs(terminated | truncated)
+        ended = terminated | truncated
+        if bool(ended.any()):  # one host read per step: the final observations are handed only when some env ends
+            # the last observation and state of the episodes that end here, before the reset replaces them
+            extras[FINAL_OBSERVATIONS_KEY] = self._observations()
+            state = self.state()
+            extras[FINAL_STATES_KEY] = {uid: state for uid in self.possible_agents}
+        self._reset_envs(ended)
         extras.update(self._action_masks())  # masks of the observations returned, after the resets
 
         observations = self._observations()

@@ -25,6 +25,8 @@ import torch
 from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
 
+from skrl_marl_ext.keys import FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
+
 
 def to_gymnasium_space(space: Any) -> gymnasium.Space:
     """Convert a legacy ``gym`` space (as VMAS builds them) to the same ``gymnasium`` space.
@@ -153,7 +155,9 @@ class VmasWrapper(MultiAgentEnvWrapper):
 
         :return: ``(observations, rewards, terminated, truncated, infos)``: observations ``{agent: (num_envs,
             obs_size)}``, the others ``{agent: (num_envs, 1)}``; ``infos`` holds VMAS's per-agent info tensors under
-            ``"vmas"``.
+            ``"vmas"`` and, at a step where some env ended, the ended episodes' last observations and states under
+            ``"final_observations"`` and ``"final_states"`` (:mod:`skrl_marl_ext.keys`; rows of envs that did not end
+            hold their current observation).
         """
         vmas_actions = {}
         for uid in self._possible_agents:
@@ -166,8 +170,13 @@ class VmasWrapper(MultiAgentEnvWrapper):
         terminated = terminated.reshape(-1).bool()
         truncated = truncated.reshape(-1).bool() & ~terminated
         observations = self._flatten(observations)
+        step_infos: dict[str, Any] = {"vmas": infos}
         reset = self._reset_finished(terminated | truncated)
         if reset is not None:
+            # the ended episodes' last observations and states, before the reset replaces them
+            step_infos[FINAL_OBSERVATIONS_KEY] = observations
+            final_state = self._state(observations)
+            step_infos[FINAL_STATES_KEY] = {uid: final_state for uid in self._possible_agents}
             finished = (terminated | truncated).view(-1, 1)
             observations = {uid: torch.where(finished, reset[uid], observations[uid]) for uid in self._possible_agents}
         self._observations = observations
@@ -177,12 +186,15 @@ class VmasWrapper(MultiAgentEnvWrapper):
             {uid: rewards[uid].reshape(-1, 1).float() for uid in self._possible_agents},
             {uid: terminated for uid in self._possible_agents},
             {uid: truncated for uid in self._possible_agents},
-            {"vmas": infos},
+            step_infos,
         )
+
+    def _state(self, observations: dict[str, torch.Tensor]) -> torch.Tensor:
+        return torch.cat([observations[uid] for uid in self._possible_agents], dim=-1)
 
     def state(self) -> dict[str, torch.Tensor]:
         """The global state: every agent's observation concatenated, ``{agent: (num_envs, state_size)}`` (one tensor)."""
-        state = torch.cat([self._observations[uid] for uid in self._possible_agents], dim=-1)
+        state = self._state(self._observations)
         return {uid: state for uid in self._possible_agents}
 
     def render(self, *args, **kwargs) -> Any:
@@ -213,10 +225,16 @@ def make_vmas_env(
     :param scenario_kwargs: Arguments of the scenario (e.g. ``n_agents=4``).
 
     :raises ImportError: If vmas is not installed (the message says what to install).
-    :raises ValueError: On an unknown scenario name (the message lists the valid ones).
+    :raises ValueError: On an unknown scenario name (the message lists the valid ones), or a CUDA ``device`` when this
+        torch build has no CUDA.
     """
     if importlib.util.find_spec("vmas") is None:
         raise ImportError("VMAS is not installed: pip install 'skrl-marl-ext[vmas]' (or pip install vmas)")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"make_vmas_env: device={device!r} but CUDA is not available in this torch build "
+            f"({torch.__version__}); use device='cpu', or install a CUDA build of torch on a GPU machine"
+        )
     import vmas
 
     names = sorted(set(vmas.scenarios) | set(getattr(vmas, "mpe_scenarios", [])) | set(vmas.debug_scenarios))
