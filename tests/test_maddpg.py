@@ -239,6 +239,47 @@ def test_critic_target_matches_hand_computation(time_limit_bootstrap):
         assert agent.tracking_data[f"Loss / Critic loss ({uid})"][-1] == pytest.approx(expected[uid].item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["final-given", "final-missing"])
+def test_ended_rows_store_the_final_observation_as_next_observation(given):
+    # the built-in spread env hands the ended episodes' final observations and states; without them the stored next
+    # observation of an ended row is the next episode's first one (what the env returns after its in-place reset)
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=1, episode_length=3)
+    agent = make_agent(env, {"learning_starts": 10**9})
+    seen = []
+
+    def infos_fn(t, infos):
+        seen.append({k: infos.get(k) for k in ("final_observations", "final_states")})
+        if not given:
+            infos.pop("final_observations", None)
+            infos.pop("final_states", None)
+        return infos
+
+    observations = []
+    original_step = env.step
+
+    def step(actions):
+        result = original_step(actions)
+        observations.append((result[0], env.state()))
+        return result
+
+    env.step = step
+    drive(agent, env, 3, infos_fn=infos_fn)  # the third step truncates every env
+    assert seen[2]["final_observations"] is not None and seen[1]["final_observations"] is None
+    for uid in env.possible_agents:
+        memory = agent.memories[uid].tensors
+        stored, stored_state = memory["next_observations"][2], memory["next_states"][2]
+        reset_obs, reset_state = observations[2][0][uid], observations[2][1][uid]
+        if given:
+            torch.testing.assert_close(stored, seen[2]["final_observations"][uid])
+            torch.testing.assert_close(stored_state, seen[2]["final_states"][uid])
+            assert not torch.equal(stored, reset_obs)
+        else:
+            torch.testing.assert_close(stored, reset_obs)
+            torch.testing.assert_close(stored_state, reset_state)
+        # rows of steps that did not end keep the env's next observation
+        torch.testing.assert_close(memory["next_observations"][1], observations[1][0][uid])
+
+
 def test_targets_follow_polyak_after_each_gradient_step():
     env = spread(num_envs=4, num_agents=2, continuous=True)
     agent = make_agent(env, {"batch_size": 16, "polyak": 0.2, "learning_starts": 10**9})

@@ -76,7 +76,13 @@ from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.agents.validation import check_agent_inputs, dry_run
 from skrl_marl_ext.functional import gumbel_softmax_st, masked_mean, one_hot_actions, polyak_update_, td_target
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
-from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
+from skrl_marl_ext.keys import (
+    ACTION_MASK_KEY,
+    AGENT_MASK_KEY,
+    FINAL_OBSERVATIONS_KEY,
+    FINAL_STATES_KEY,
+    MEAN_ACTIONS_KEY,
+)
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin, mask_logits
 from skrl_marl_ext.preprocessors import update_statistics
@@ -698,6 +704,7 @@ class MADDPG(MultiAgent):
             self._checked_num_envs = True
         agent_masks = infos.get(AGENT_MASK_KEY)
         agent_masks = agent_masks if isinstance(agent_masks, dict) else {}
+        finals, final_states = infos.get(FINAL_OBSERVATIONS_KEY), infos.get(FINAL_STATES_KEY)
 
         def get(tensors, uid, size, dtype=torch.float32):
             x = tensors.get(uid) if isinstance(tensors, dict) else None
@@ -728,6 +735,7 @@ class MADDPG(MultiAgent):
                 size = self.memories[uid].tensors["states"].shape[-1]
                 samples["states"] = get(states, uid, size)
                 samples["next_states"] = get(next_states, uid, size)
+            self._use_final_observations(uid, samples, finals, final_states, get)
             group = self.group_of[uid]
             if group.discrete:
                 if group.mask_in_observations:
@@ -740,6 +748,19 @@ class MADDPG(MultiAgent):
         self._refuse_or_skip_non_finite(per_agent)
         for uid, samples in per_agent.items():
             self.memories[uid].add_samples(**samples)
+
+    def _use_final_observations(self, uid: str, samples: dict, finals: Any, final_states: Any, get: Callable) -> None:
+        """Where an episode ended and the env handed its final observation (and state) in the infos
+        (:data:`~skrl_marl_ext.keys.FINAL_OBSERVATIONS_KEY`), store those as the row's next observation (and next
+        state) instead of the next episode's first one, which an env that resets in place returns."""
+        if not isinstance(finals, dict) or finals.get(uid) is None:
+            return
+        ended = samples["terminated"] | samples["truncated"]
+        final = get(finals, uid, self._obs_sizes[uid])
+        samples["next_observations"] = torch.where(ended, final, samples["next_observations"])
+        if self.env_states and isinstance(final_states, dict) and final_states.get(uid) is not None:
+            final_state = get(final_states, uid, samples["next_states"].shape[-1])
+            samples["next_states"] = torch.where(ended, final_state, samples["next_states"])
 
     def _keep_infos_action_masks(self, masks: Any) -> None:
         """Keep ``infos["action_mask"]`` (copied: an env may reuse its buffers) for the next :meth:`act` and the next

@@ -105,9 +105,13 @@ class MADDPG_CFG(MarlCfg):
 
     time_limit_bootstrap: bool | dict[str, bool] = False
     """Learn the critic from truncated transitions, bootstrapping from their next observation (per agent). Off by
-    default: vectorised envs that reset in place (Isaac Lab, VMAS, the built-in spread) return the *next* episode's
-    first observation at truncation, so those transitions are left out of the critic loss (they still train the
-    actor). Turn it on for envs that return the real final observation."""
+    default, as in skrl: truncated transitions are then left out of the critic loss (they still train the actor).
+
+    Vectorised envs reset in place, so the observation returned at a truncation is the *next* episode's first one.
+    Where the env hands the episode's final observation and state in its step infos (``infos["final_observations"]``
+    / ``infos["final_states"]``, :mod:`skrl_marl_ext.keys`; this package's VMAS, batched PettingZoo and built-in envs
+    do), MADDPG stores those as the transition's next observation and state, and turning this on bootstraps right.
+    Isaac Lab's envs give none: leave it off there."""
 
     rewards_shaper: Callable | None = None
     """Function ``(rewards, timestep, timesteps) -> rewards`` applied to each agent's ``(num_envs, 1)`` rewards
