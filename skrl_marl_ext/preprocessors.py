@@ -64,6 +64,7 @@ class ValueNorm(nn.Module):
         """
         x = x.reshape(-1, x.shape[-1]).double()
         weight = torch.ones_like(x[:, :1]) if mask is None else mask.reshape(-1, 1).double()
+        x = torch.where(weight > 0, x, 0.0)  # a masked-out NaN must not reach the sums (NaN * 0 is NaN)
         sums = torch.cat([(x * weight).sum(0), (x * x * weight).sum(0), weight.sum(0)])
         distributed.all_reduce_sum_(sums)
         size = x.shape[-1]
@@ -106,8 +107,8 @@ def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None =
     """Update a preprocessor's statistics with the unmasked rows of ``x``, the same on every rank.
 
     :class:`ValueNorm` and skrl's ``RunningStandardScaler`` are updated from the batch moments of the unmasked rows,
-    summed over all ranks (no host sync). Any other preprocessor is called as skrl would call it,
-    ``preprocessor(x[mask], train=True)``, on this rank's rows only.
+    summed over all ranks (no host sync; masked-out rows may hold NaN). Any other preprocessor is called as skrl would
+    call it, ``preprocessor(x[mask], train=True)``, on this rank's rows only.
 
     :param preprocessor: The preprocessor (an object with skrl's preprocessor interface).
     :param x: Data, shape ``(..., size)``.
@@ -118,19 +119,40 @@ def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None =
     elif isinstance(preprocessor, RunningStandardScaler):
         rows = x.reshape(-1, x.shape[-1]).double()
         weight = torch.ones_like(rows[:, :1]) if mask is None else mask.reshape(-1, 1).double()
+        rows = torch.where(weight > 0, rows, 0.0)  # a masked-out NaN must not reach the sums (NaN * 0 is NaN)
         sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)])
         distributed.all_reduce_sum_(sums)
         size = rows.shape[-1]
         count = sums[-1]
         mean = sums[:size] / count.clamp(min=1.0)
-        # unbiased variance, as skrl's scaler computes it with torch.var
-        var = (sums[size : 2 * size] - count * mean * mean) / (count - 1.0).clamp(min=1.0)
-        # skrl's scaler keeps a float64 mean/variance and a scalar count; an empty batch leaves it as it was
-        if bool(count > 1):
-            preprocessor._parallel_variance(mean, var.clamp(min=0.0), count)
+        m2 = (sums[size : 2 * size] - count * mean * mean).clamp(min=0.0)  # sum of squared deviations
+        merge_moments_(preprocessor, mean=mean, m2=m2, count=count)
     else:
         rows = x.reshape(-1, x.shape[-1])
         preprocessor(rows if mask is None else rows[mask.reshape(-1)], train=True)
 
 
-__all__ = ["ValueNorm", "update_statistics"]
+@torch.no_grad()
+def merge_moments_(scaler: RunningStandardScaler, *, mean: torch.Tensor, m2: torch.Tensor, count: torch.Tensor) -> None:
+    """Fold a batch's moments into a skrl ``RunningStandardScaler``, in place (Chan et al.'s parallel algorithm).
+
+    The scaler keeps ``running_mean``, ``running_variance`` (population variance of everything seen) and
+    ``current_count`` (float64 buffers). No host read: an empty batch (``count == 0``) leaves them as they are, and a
+    batch of one sample is folded in like any other (skrl's own update takes ``torch.var`` of it: NaN).
+
+    :param scaler: The scaler to update.
+    :param mean: Batch mean, shape ``(size,)``.
+    :param m2: Batch sum of squared deviations from ``mean``, shape ``(size,)``.
+    :param count: Number of samples in the batch, a scalar tensor.
+    """
+    n_a, n_b = scaler.current_count, count.to(scaler.current_count.dtype)
+    total = n_a + n_b
+    delta = mean.to(scaler.running_mean.dtype) - scaler.running_mean
+    share = n_b / total.clamp(min=1.0)
+    m2_total = scaler.running_variance * n_a + m2.to(scaler.running_variance.dtype) + delta * delta * n_a * share
+    scaler.running_mean.add_(delta * share)
+    scaler.running_variance.copy_(torch.where(total > 0, m2_total / total.clamp(min=1.0), scaler.running_variance))
+    scaler.current_count.copy_(total)
+
+
+__all__ = ["ValueNorm", "merge_moments_", "update_statistics"]

@@ -44,13 +44,38 @@ def test_masked_update_ignores_masked_entries():
     norm = ValueNorm(1)
     norm.update(x, mask)
     assert norm.mean_var()[0].item() == pytest.approx(2.0)
-    # a skrl scaler fed only the unmasked rows is the reference (its count starts at 1, mean 0)
+    # a skrl scaler fed only the unmasked rows is the reference for the mean and count (its count starts at 1, mean 0)
     scaler, reference = RunningStandardScaler(size=1), RunningStandardScaler(size=1)
     update_statistics(scaler, x, mask)
     reference(x[:2], train=True)
     torch.testing.assert_close(scaler.running_mean, reference.running_mean)
-    torch.testing.assert_close(scaler.running_variance, reference.running_variance)
     torch.testing.assert_close(scaler.current_count, reference.current_count)
+    # the variance is the exact population variance (skrl folds in the batch's unbiased variance times its count)
+    torch.testing.assert_close(scaler.running_variance, _welford([1.0, 3.0]))
+
+
+def _welford(values, mean=0.0, variance=1.0, count=1.0):
+    """Plain reference: a scaler's population variance after ``values`` one at a time (prior: skrl's count 1, mean 0,
+    variance 1)."""
+    m2 = variance * count
+    for value in values:
+        count += 1.0
+        delta = value - mean
+        mean += delta / count
+        m2 += delta * (value - mean)
+    return torch.tensor([m2 / count], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("batches", [[[2.0]], [[1.0, -1.0, 4.0], [0.5], []], [[5.0, 5.0], [1.0, 2.0, 3.0, 4.0]]])
+def test_scaler_update_matches_one_at_a_time_reference(batches):
+    # batches of one sample (skrl's torch.var of it is NaN) and empty ones (no host read, no change) included
+    scaler = RunningStandardScaler(size=1)
+    for batch in batches:
+        update_statistics(scaler, torch.tensor(batch, dtype=torch.float32).view(-1, 1))
+    flat = [v for batch in batches for v in batch]
+    torch.testing.assert_close(scaler.running_variance, _welford(flat))
+    assert float(scaler.current_count) == 1 + len(flat)
+    torch.testing.assert_close(scaler.running_mean, torch.tensor([sum(flat) / (1 + len(flat))], dtype=torch.float64))
 
 
 def test_value_norm_state_dict_round_trip():

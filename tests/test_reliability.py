@@ -247,3 +247,30 @@ def test_non_finite_input_is_skipped_counted_and_never_reaches_the_parameters(al
     assert not torch.equal(before, after)
     skipped = [v for k, values in agent.tracking_data.items() if "Non-finite" in k for v in values]
     assert skipped and skipped[-1] >= 2
+
+
+@pytest.mark.parametrize("non_finite", ["skip", "raise"])
+def test_a_nan_observation_never_reaches_the_input_statistics(non_finite):
+    # the statistics take in every step's observations as they arrive: a NaN row is left out of them (and then
+    # skipped or refused at the update), so one bad step cannot poison the scaler for the rest of the run
+    env = spread(num_envs=4, num_agents=2)
+    _poison(env, step=1, uid="agent_0", key="observations")
+    agent = _agent("mappo", env, non_finite=non_finite, observation_preprocessor=RunningStandardScaler)
+    finite_rows, act = [], agent.act
+
+    def counting_act(observations, states, **kwargs):
+        finite_rows.append(int(torch.isfinite(observations["agent_0"]).all(dim=-1).sum()))
+        return act(observations, states, **kwargs)
+
+    agent.act = counting_act
+    if non_finite == "raise":
+        with pytest.raises(ValueError, match="non-finite observations"):
+            drive(agent, env, 4)
+    else:
+        drive(agent, env, 8)
+    for group in agent.groups:
+        scaler = group.observation_preprocessor
+        assert torch.isfinite(scaler.running_mean).all() and torch.isfinite(scaler.running_variance).all()
+    # agent_0's scaler took in exactly the finite rows it acted on (the NaN action spreads NaN through that env)
+    assert sum(finite_rows) < 4 * len(finite_rows)
+    assert float(agent.groups[0].observation_preprocessor.current_count) == 1 + sum(finite_rows)

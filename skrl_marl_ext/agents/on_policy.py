@@ -199,7 +199,6 @@ class OnPolicyAgent(MultiAgent):
         self._next_observations: dict[str, torch.Tensor] | None = None
         self._next_states: dict[str, torch.Tensor] | None = None
         self._infos_action_masks: dict[str, torch.Tensor] | None = None
-        self._stacked_sources: dict[int, tuple] = {}
 
     # ------------------------------------------------------------------ construction
 
@@ -375,19 +374,32 @@ class OnPolicyAgent(MultiAgent):
 
     _stack = staticmethod(stack_agents)
 
-    def _preprocess(self, group: AgentGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
-        """Preprocess stacked raw inputs ``(G, n, size)`` into agent-major model rows ``(G * n, size [+ G])``."""
-        G = group.size
-        obs = group.observation_preprocessor(raw_obs.reshape(-1, raw_obs.shape[-1]))
+    def _normalize(self, group: AgentGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
+        """Stacked raw inputs ``(G, n, size)`` (states: ``(1, n, size)`` when shared) through the group's
+        preprocessors, with the statistics as they are now; same shapes."""
+        obs = group.observation_preprocessor(raw_obs.reshape(-1, raw_obs.shape[-1])).view(raw_obs.shape)
         states = None
         if raw_states is not None:
-            states = group.state_preprocessor(raw_states.reshape(-1, raw_states.shape[-1]))
-            if raw_states.shape[0] != G:  # one state shared by the whole group
-                states = states.unsqueeze(0).expand(G, *states.shape).reshape(-1, states.shape[-1])
+            states = group.state_preprocessor(raw_states.reshape(-1, raw_states.shape[-1])).view(raw_states.shape)
+        return obs, states
+
+    def _model_rows(self, group: AgentGroup, obs: torch.Tensor, states: torch.Tensor | None):
+        """Preprocessed ``(G, n, size)`` inputs (states ``(1, n, size)`` when shared) as agent-major model rows
+        ``(G * n, size [+ G])``: a shared state repeated per agent, one-hot agent ids appended when configured."""
+        G = group.size
+        obs = obs.reshape(-1, obs.shape[-1])
+        if states is not None:
+            if states.shape[0] != G:  # one state shared by the whole group
+                states = states.expand(G, *states.shape[1:])
+            states = states.reshape(-1, states.shape[-1])
         if group.id_size:
             obs = append_agent_id(obs, G)
             states = append_agent_id(states, G) if states is not None else None
         return obs, states
+
+    def _preprocess(self, group: AgentGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
+        """Preprocess stacked raw inputs ``(G, n, size)`` into agent-major model rows ``(G * n, size [+ G])``."""
+        return self._model_rows(group, *self._normalize(group, raw_obs, raw_states))
 
     def _action_mask(self, group: AgentGroup, raw_obs: torch.Tensor) -> torch.Tensor | None:
         """Action mask ``(G * n, num_actions)`` from a Dict observation space or from the last step's infos."""
@@ -446,7 +458,7 @@ class OnPolicyAgent(MultiAgent):
             specs["states"] = (1 if group.shared_state else G, state_tensors[0].shape[-1], torch.float32)
         if group.cfg["time_limit_bootstrap"]:
             specs["final_values"] = (G, 1, torch.float32)  # V(final observation), or V(s_t), of the step's episode
-        if isinstance(group.action_space, gymnasium.spaces.Discrete) and not group.mask_in_observations:
+        if isinstance(group.action_space, gymnasium.spaces.Discrete):
             specs["action_mask"] = (G, int(group.action_space.n), torch.bool)
         group.buffers = {
             key: torch.zeros(T, rows, num_envs, width, dtype=dtype, device=self.device)
@@ -498,24 +510,16 @@ class OnPolicyAgent(MultiAgent):
                     self._allocate(group, observations, states)
                 buffers = group.buffers if self.training else {}
                 t = self._rollout_step
-                raw_obs = self._stack(observations, group.uids, buffers["observations"][t] if buffers else None)
-                raw_states = None
-                if isinstance(states, dict):
-                    if group.shared_state and any(states.get(u) is not states[group.uids[0]] for u in group.uids):
-                        raise ValueError(
-                            f"{type(self).__name__}: the env gave agents {group.uids} one shared state tensor at the "
-                            "first step and different ones now; an env must do one or the other"
-                        )
-                    if buffers and "states" in buffers:
-                        raw_states = self._stack(
-                            {group.uids[0]: states[group.uids[0]]} if group.shared_state else states,
-                            group.uids[:1] if group.shared_state else group.uids,
-                            buffers["states"][t],
-                        )
-                    elif not buffers:
-                        raw_states = self._stack(states, group.uids)
-                self._stacked_sources[id(group)] = tuple(observations.get(uid) for uid in group.uids)
-                obs, st = self._preprocess(group, raw_obs, raw_states)
+                raw_obs = self._stack(observations, group.uids)
+                raw_states = self._stack_states(group, states) if (not buffers or "states" in buffers) else None
+                # the inputs as the models see them, normalised with the statistics of this step: stored, so the
+                # update re-evaluates exactly what acted (the statistics move on in record_transition)
+                norm_obs, norm_states = self._normalize(group, raw_obs, raw_states)
+                if buffers:
+                    buffers["observations"][t].copy_(norm_obs)
+                    if norm_states is not None:
+                        buffers["states"][t].copy_(norm_states)
+                obs, st = self._model_rows(group, norm_obs, norm_states)
                 action_mask = self._action_mask(group, raw_obs)
                 if buffers and "action_mask" in buffers:
                     target = buffers["action_mask"][t]
@@ -551,6 +555,19 @@ class OnPolicyAgent(MultiAgent):
         if not self.training:
             outputs[MEAN_ACTIONS_KEY] = greedy
         return actions, outputs
+
+    def _stack_states(self, group: AgentGroup, states: Any) -> torch.Tensor | None:
+        """The group's states ``(G, n, size)``, or ``(1, n, size)`` when the env gives the group one shared tensor."""
+        if not isinstance(states, dict):
+            return None
+        if group.shared_state:
+            if any(states.get(u) is not states[group.uids[0]] for u in group.uids):
+                raise ValueError(
+                    f"{type(self).__name__}: the env gave agents {group.uids} one shared state tensor at the "
+                    "first step and different ones now; an env must do one or the other"
+                )
+            return self._stack({group.uids[0]: states[group.uids[0]]}, group.uids[:1])
+        return self._stack(states, group.uids)
 
     @staticmethod
     def _deterministic_actions(group: AgentGroup, actions: torch.Tensor, outputs: dict) -> torch.Tensor:
@@ -606,12 +623,6 @@ class OnPolicyAgent(MultiAgent):
             if not group.buffers:
                 continue
             buffers = group.buffers
-            # act() stacked the observations into the buffer already; restack only if these are other tensors
-            cached = self._stacked_sources.get(id(group), ())
-            if len(cached) != group.size or any(
-                observations.get(uid) is not x for uid, x in zip(group.uids, cached, strict=True)
-            ):
-                self._stack(observations, group.uids, buffers["observations"][t])
             self._stack(actions, group.uids, buffers["actions"][t])
             self._stack(rewards, group.uids, buffers["rewards"][t])
             if self.cfg.rewards_shaper is not None:
@@ -631,6 +642,7 @@ class OnPolicyAgent(MultiAgent):
                         mask[i].fill_(True)
             else:
                 mask.fill_(True)
+            self._update_input_statistics(group, observations, states, mask)
 
     def _record_final_values(self, group: AgentGroup, t: int, infos: dict) -> None:
         """Store the value the time-limit bootstrap of step ``t`` uses (read only where the step was truncated).
@@ -784,19 +796,23 @@ class OnPolicyAgent(MultiAgent):
         # per-agent standardisation over (step, env), unmasked samples only
         return values, normalize_advantages(advantages, b["agent_mask"], dim=(0, 2, 3)), returns
 
-    def _update_input_statistics(self, group: AgentGroup) -> None:
-        """Fold this rollout's unmasked observations and states into their preprocessors' statistics.
+    def _update_input_statistics(self, group: AgentGroup, observations: dict, states: Any, mask: torch.Tensor) -> None:
+        """Fold one step's observations and states (rows where ``mask`` (G, N, 1) is True, finite ones only) into their
+        preprocessors' statistics.
 
-        Called after the epochs: the update re-evaluates the policy with the statistics it acted with, so the first
-        mini-batch's probability ratio is exactly 1 (skrl 2.1.1 refreshes them during the first epoch, so its first
-        mini-batch is already off-policy). The next rollout acts with the refreshed statistics.
+        Once per env step, after the step's inputs were normalised, used and stored: the policy keeps pace with its
+        statistics (as rsl_rl's normaliser does), and the update re-evaluates the stored normalised inputs, so its
+        first mini-batch has probability ratio exactly 1. (skrl 2.1.1 refreshes them with the whole rollout during
+        the first epoch: the next rollout acts on inputs the policy was trained on, but its first mini-batch is
+        already off-policy.)
         """
-        b, mask = group.buffers, group.buffers["agent_mask"]
         if group.observation_preprocessor is not identity:
-            update_statistics(group.observation_preprocessor, b["observations"], mask)
-        if "states" in b and group.state_preprocessor is not identity:
-            state_mask = mask.any(dim=1, keepdim=True) if group.shared_state else mask
-            update_statistics(group.state_preprocessor, b["states"], state_mask)
+            raw = self._stack(observations, group.uids)
+            update_statistics(group.observation_preprocessor, raw, mask & torch.isfinite(raw).all(-1, keepdim=True))
+        if group.state_preprocessor is not identity and "states" in group.buffers:
+            raw = self._stack_states(group, states)
+            state_mask = mask.any(dim=0, keepdim=True) if group.shared_state else mask
+            update_statistics(group.state_preprocessor, raw, state_mask & torch.isfinite(raw).all(-1, keepdim=True))
 
     def _update_group(self, group: AgentGroup, *, timestep: int, timesteps: int) -> None:
         cfg, b = group.cfg, group.buffers
@@ -819,14 +835,13 @@ class OnPolicyAgent(MultiAgent):
         # a state shared by the whole group (and no agent id appended to it) stays one (T * N, size) tensor; each
         # mini-batch gathers its rows once and broadcasts them to the G agents (no G-fold copy of the rollout)
         shared_states = None
-        with torch.no_grad():
-            if "states" in b and group.shared_state and not group.id_size and G > 1:
-                shared_states = group.state_preprocessor(per_agent(b["states"]).reshape(T * N, -1))
-            obs, st = self._preprocess(
-                group,
-                per_agent(b["observations"]),
-                per_agent(b["states"]) if "states" in b and shared_states is None else None,
-            )
+        if "states" in b and group.shared_state and not group.id_size and G > 1:
+            shared_states = per_agent(b["states"]).reshape(T * N, -1)
+        obs, st = self._model_rows(
+            group,
+            per_agent(b["observations"]),
+            per_agent(b["states"]) if "states" in b and shared_states is None else None,
+        )
         # the float tensors are packed into one (G, T * N, width) tensor: one gather per mini-batch, not eight
         floats = {
             "observations": obs.view(G, T * N, -1),
@@ -842,11 +857,7 @@ class OnPolicyAgent(MultiAgent):
         widths = [v.shape[-1] for v in floats.values()]
         # without masked transitions (the common case) every mean is a plain mean: no mask in the loss graph
         data = {"mask": None if bool(mask.all()) else per_agent(mask)}
-        if group.mask_in_observations:
-            flat_obs = per_agent(b["observations"]).reshape(G * T * N, -1)
-            data["action_mask"] = unflatten_tensorized_space(group.observation_space, flat_obs)[ACTION_MASK_KEY]
-            data["action_mask"] = data["action_mask"].bool().view(G, T * N, -1)
-        elif group.masks_seen:
+        if group.mask_in_observations or group.masks_seen:
             data["action_mask"] = per_agent(b["action_mask"])
 
         sums = torch.zeros(6, G, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
@@ -952,7 +963,6 @@ class OnPolicyAgent(MultiAgent):
                     group.scheduler.step()
             if stop:
                 break
-        self._update_input_statistics(group)
 
         # tracking: one host read per update
         stats = (sums / max(updates, 1)).tolist()

@@ -60,8 +60,15 @@ class OnPolicyCfg(MarlCfg):
     """Keyword arguments of the scheduler (without ``optimizer``), or a per-agent dict of them."""
 
     observation_preprocessor: type | None | dict = None
-    """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``. Its statistics are
-    updated once per update from the unmasked samples of the rollout, summed over ranks."""
+    """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``.
+
+    Its statistics take in every env step's unmasked, finite observations (summed over ranks) right after the step's
+    inputs were normalised and used, and the rollout stores the inputs *as normalised then*: the update re-evaluates
+    exactly what acted (its first mini-batch has probability ratio 1), and the policy keeps pace with its statistics
+    (rsl_rl's normaliser works the same way). skrl 2.1.1 instead refreshes them with the rollout during the first
+    epoch, so its first mini-batch is already off-policy. ``RunningStandardScaler`` and
+    :class:`~skrl_marl_ext.preprocessors.ValueNorm` are updated without a host read; another class is called as skrl
+    calls it, ``preprocessor(x, train=True)``."""
 
     observation_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
     """Keyword arguments of the observation preprocessor; ``size`` and ``device`` are filled in when missing."""
