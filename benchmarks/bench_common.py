@@ -1,8 +1,9 @@
 """What the benchmark scripts share: envs, models, agents (ours and skrl's built-in) and a timed training loop.
 
 Both agents get the same env, the same model classes and sizes, the same seed and the same configuration; only the
-agent class differs. Training runs the loop of skrl's ``Trainer.train`` (the one ``SequentialTrainer`` uses for one
-multi-agent), so what is timed is what a user's training run does. One rollout and its update run untimed first.
+agent class differs. Training steps through :func:`skrl_marl_ext.trainers.interact`, the loop of skrl's
+``Trainer.train`` for one multi-agent (and of our ``StepTrainer``), so what is timed is what a user's training run
+does. One rollout and its update run untimed first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from skrl.memories.torch import RandomMemory
 from skrl.trainers.torch import SequentialTrainer
 
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
+from skrl_marl_ext.trainers import PHASES, interact, track_phase_times
 
 ALGOS = ("ours-mappo", "skrl-mappo", "ours-ippo", "skrl-ippo")
 BASELINE = {"ours-mappo": "skrl-mappo", "ours-ippo": "skrl-ippo"}
@@ -129,46 +131,40 @@ def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed
     return cls(cfg=skrl_cfg, memories=memories, **spaces)
 
 
-def train_frames_per_second(agent, env, *, timesteps: int, warmup: int) -> float:
+def train_frames_per_second(agent, env, *, timesteps: int, warmup: int, phase_ms: dict | None = None) -> float:
     """Train ``warmup`` steps untimed, then ``timesteps`` timed; return env frames per second.
 
     An env frame is one step of one env (all agents act once): ``num_envs * timesteps`` frames.
-    The loop is skrl's ``Trainer.train`` for one multi-agent (timers and tracking included).
+    Each step is :func:`skrl_marl_ext.trainers.interact`, the step of our ``StepTrainer`` and the loop of skrl's
+    ``Trainer.train`` for one multi-agent, with skrl's inference and env-stepping timers tracked as there.
+
+    :param phase_ms: If given, filled with the mean milliseconds per timed step of each of
+        :data:`skrl_marl_ext.trainers.PHASES` (``post_interaction`` holds the updates, amortised).
     """
     total = warmup + timesteps
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": total, "headless": True, "disable_progressbar": True})
     agent.enable_training_mode(True)
+    track = track_phase_times(agent)
+    timed = dict.fromkeys(PHASES, 0.0)
+    timing = False  # read by on_phase when it is called (closures see the variable, not its value at definition)
+
+    def on_phase(phase: str, milliseconds: float) -> None:
+        track(phase, milliseconds)
+        if timing:
+            timed[phase] += milliseconds
+
     observations, _ = env.reset()
     states = env.state()
     start = None
     for timestep in range(total):
         if timestep == warmup:
-            start = time.perf_counter()
-        agent.pre_interaction(timestep=timestep, timesteps=total)
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            actions, _ = agent.act(observations, states, timestep=timestep, timesteps=total)
-            agent.track_data("Stats / Inference time (ms)", (time.perf_counter() - t0) * 1000)
-            t0 = time.perf_counter()
-            next_observations, rewards, terminated, truncated, infos = env.step(actions)
-            next_states = env.state()
-            agent.track_data("Stats / Env stepping time (ms)", (time.perf_counter() - t0) * 1000)
-            agent.record_transition(
-                observations=observations,
-                states=states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_observations,
-                next_states=next_states,
-                terminated=terminated,
-                truncated=truncated,
-                infos=infos,
-                timestep=timestep,
-                timesteps=total,
-            )
-        agent.post_interaction(timestep=timestep, timesteps=total)
-        observations, states = next_observations, next_states
-    return env.num_envs * timesteps / (time.perf_counter() - start)
+            start, timing = time.perf_counter(), True
+        step = interact(agent, env, observations, states, timestep=timestep, timesteps=total, on_phase=on_phase)
+        observations, states = step.next_observations, step.next_states
+    seconds = time.perf_counter() - start
+    if phase_ms is not None:
+        phase_ms.update({phase: total_ms / timesteps for phase, total_ms in timed.items()})
+    return env.num_envs * timesteps / seconds
 
 
 def env_frames_per_second(env, *, timesteps: int) -> float:

@@ -1,10 +1,29 @@
-"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, MADDPG) for skrl 2.x, drop-in for skrl's trainers."""
+"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, MADDPG) for skrl 2.x, drop-in for skrl's trainers.
 
-from skrl_marl_ext.agents import AGENT_MASK_KEY, IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
-from skrl_marl_ext.models.maddpg_models import joint_action_space
-from skrl_marl_ext.preprocessors import ValueNorm
+The names below are imported on first use, so ``import skrl_marl_ext`` does not import skrl: ``python -m
+skrl_marl_ext`` under ``torchrun`` must create the process group before skrl's import-time setup runs (skrl calls
+``init_process_group("nccl")`` when ``WORLD_SIZE > 1``, which cannot work on CPU). See :mod:`skrl_marl_ext.cli`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "AGENT_MASK_KEY": "skrl_marl_ext.keys",
+    "IPPO": "skrl_marl_ext.agents",
+    "IPPO_CFG": "skrl_marl_ext.agents",
+    "MADDPG": "skrl_marl_ext.agents.maddpg",  # a missing MADDPG fails on its own, not with the other agents
+    "MADDPG_CFG": "skrl_marl_ext.agents",
+    "MAPPO": "skrl_marl_ext.agents",
+    "MAPPO_CFG": "skrl_marl_ext.agents",
+    "ValueNorm": "skrl_marl_ext.preprocessors",
+    "joint_action_space": "skrl_marl_ext.models.maddpg_models",
+}
+"""Exported name -> module it is imported from on first use."""
 
 __all__ = [
     "AGENT_MASK_KEY",
@@ -18,3 +37,28 @@ __all__ = [
     "__version__",
     "joint_action_space",
 ]
+
+if TYPE_CHECKING:
+    from skrl_marl_ext.agents import IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
+    from skrl_marl_ext.keys import AGENT_MASK_KEY
+    from skrl_marl_ext.models.maddpg_models import joint_action_space
+    from skrl_marl_ext.preprocessors import ValueNorm
+
+
+def __getattr__(name: str) -> Any:
+    """Import an exported name (or a submodule, as ``skrl_marl_ext.models``) on first use."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # later lookups do not come here
+        return value
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -6,7 +6,16 @@ Runner format (the package's default for ``--algo``, or ``--config``), trains wi
 needs to rebuild env and agent), ``episodes.csv`` (every finished episode's return per agent) and
 ``learning_curve.png``. ``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints the returns.
 
-Bad input (unknown algo, env, scenario, a missing extra) ends with one line on stderr and exit status 2.
+``SECTION.KEY=VALUE`` arguments after the options of ``train`` override the config, as BenchMARL and Hydra users
+type them (``agent.learning_rate=1e-3 models.policy.hidden_sizes=[256,256]``, values read as YAML).
+
+Under ``torchrun`` (``WORLD_SIZE > 1``) ``train`` creates the process group itself before skrl is imported (gloo on
+CPU; NCCL on CUDA, each rank on ``cuda:LOCAL_RANK``), seeds rank ``r`` with ``seed + r``, lets rank 0 alone write the
+run directory and print the summary, and checks at the end that every rank holds the same parameters. So this module
+imports skrl only inside functions, after that setup (and ``import skrl_marl_ext`` imports it only on first use).
+
+Bad input (unknown algo, env, scenario, a missing extra, a bad override) ends with one line on stderr and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -14,6 +23,10 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import dataclasses
+import difflib
+import importlib
+import inspect
 import json
 import os
 import re
@@ -24,21 +37,40 @@ from typing import Any
 
 import torch
 
+from skrl_marl_ext import distributed
+
 DEFAULT_ENV = "vmas:balance"
 DEFAULT_NUM_ENVS = 128
 DEFAULT_TIMESTEPS = 4000  # env steps of every env: 128 x 4000 = 512k frames, 2-3 min on 2 CPU cores
 RUN_FILE = "run.json"
 FINAL_CHECKPOINT = "final.pt"
-
+MAX_EVAL_STEPS = 100_000
+CONFIG_SECTIONS = ("agent", "models", "memory", "trainer")
+"""Sections of a Runner config that ``SECTION.KEY=VALUE`` overrides reach."""
 
 THREADS_HELP = (
     "CPU threads of torch; 0 keeps torch's own default (default: %(default)s, as batched envs and small MLPs gain "
     "little from more, and on a busy machine extra threads spin-wait on each other)"
 )
+OVERRIDES_HELP = (
+    "config overrides after the options, applied on top of the default or --config YAML: a dotted key inside one of "
+    "the sections agent, models, memory, trainer, and a value read as YAML, e.g. agent.learning_rate=1e-3 "
+    "agent.mixed_precision=true models.policy.hidden_sizes=[256,256] (quote it for your shell) "
+    "agent.experiment.write_interval=50; recorded in run.json (default: none, the config as it is)"
+)
 
 
 class UsageError(Exception):
     """Bad input from the command line: reported as one line, not a traceback."""
+
+
+class RanksDisagree(Exception):
+    """The ranks of a distributed run ended with different parameters (exit status 1)."""
+
+
+def _did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
 
 
 def _check_algorithm(algo: str) -> None:
@@ -80,29 +112,128 @@ def load_config(path: str) -> dict[str, Any]:
     return cfg
 
 
-def parse_env_args(items: list[str]) -> dict[str, Any]:
-    """``["N=3", "continuous_actions=true"]`` -> ``{"N": 3, "continuous_actions": True}`` (values read as YAML)."""
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _floats(value: Any) -> Any:
+    """``value`` with strings such as ``1e-3`` (which YAML 1.1 reads as strings) turned into floats, nested too."""
+    if isinstance(value, str) and _FLOAT.fullmatch(value):
+        return float(value)
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    return value
+
+
+def parse_value(text: str, *, item: str) -> Any:
+    """A command-line value read as YAML (``true``, ``[256,256]``, ``{a: 1}``; ``1e-3`` is a float too).
+
+    :param text: The text after ``=``.
+    :param item: The whole argument, named in the error.
+
+    :raises UsageError: When ``text`` is not YAML.
+    """
     import yaml
 
+    try:
+        return _floats(yaml.safe_load(text))
+    except yaml.YAMLError as e:
+        raise UsageError(f"'{item}': the value is not valid YAML ({str(e).splitlines()[0]}); quote it") from None
+
+
+def parse_env_args(items: list[str]) -> dict[str, Any]:
+    """``["N=3", "continuous_actions=true"]`` -> ``{"N": 3, "continuous_actions": True}`` (values read as YAML)."""
     kwargs = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise UsageError(f"--env-arg '{item}': write KEY=VALUE, e.g. --env-arg max_cycles=25")
-        kwargs[key] = yaml.safe_load(value)
+        kwargs[key] = parse_value(value, item=item)
     return kwargs
 
 
-def build_env(spec: str, *, num_envs: int, device: str, seed: int | None, env_kwargs: dict[str, Any]):
-    """:func:`skrl_marl_ext.envs.make_env` behind an :class:`EpisodeRecorder`; bad specs become :class:`UsageError`."""
-    from skrl_marl_ext.envs import EpisodeRecorder, make_env
+def _override_hint(item: str) -> str:
+    """Why ``item`` is not an override, with the override it may have meant."""
+    head, sep, tail = item.partition(":") if "=" not in item else item.partition("=")
+    section = head.split(".")[0]
+    close = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
+    guess = f" Did you mean '{close[0]}{head[len(section) :]}={tail if sep else 'VALUE'}'?" if close else ""
+    return f"'{item}': not a config override; write SECTION.KEY=VALUE, e.g. agent.learning_rate=1e-3.{guess}"
 
+
+def parse_overrides(items: list[str]) -> list[tuple[str, tuple[str, ...], Any]]:
+    """``["agent.learning_rate=1e-3"]`` -> ``[(item, ("agent", "learning_rate"), 0.001)]``.
+
+    :param items: ``SECTION.KEY=VALUE`` arguments; ``KEY`` may be dotted (``models.policy.hidden_sizes``).
+
+    :raises UsageError: On an item without ``=`` or without a key inside the section, or an unknown section (the
+        message names the closest one).
+    """
+    overrides = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        path = tuple(part.strip() for part in key.split("."))
+        if not sep or not all(path):
+            raise UsageError(_override_hint(item))
+        if path[0] not in CONFIG_SECTIONS:
+            raise UsageError(
+                f"'{item}': unknown config section '{path[0]}'.{_did_you_mean(path[0], CONFIG_SECTIONS)} "
+                f"Sections: {', '.join(CONFIG_SECTIONS)}"
+            )
+        if len(path) < 2:
+            raise UsageError(f"'{item}': name a key inside {path[0]}, e.g. {path[0]}.KEY=VALUE")
+        overrides.append((item, path, parse_value(text, item=item)))
+    return overrides
+
+
+def apply_overrides(cfg: dict[str, Any], overrides: list[tuple[str, tuple[str, ...], Any]]) -> dict[str, Any]:
+    """A copy of ``cfg`` with each override's value set at its dotted path (missing sections are created).
+
+    :param cfg: A Runner config.
+    :param overrides: As :func:`parse_overrides` returns them.
+
+    :raises UsageError: On a path through a value that is not a section (``agent.learning_rate.x``), into a model
+        the config does not have (``models.polcy.hidden_sizes``: the message names the closest), or on
+        ``agent.class`` (``--algo`` chooses the algorithm).
+    """
+    cfg = copy.deepcopy(cfg)
+    for item, path, value in overrides:
+        if path == ("agent", "class"):
+            raise UsageError(f"'{item}': choose the algorithm with --algo (or --config), not with agent.class")
+        node = cfg
+        for depth, key in enumerate(path[:-1]):
+            child = node.get(key)
+            if path[0] == "models" and depth == 1 and not isinstance(child, dict):
+                roles = [role for role, section in node.items() if isinstance(section, dict)]
+                raise UsageError(
+                    f"'{item}': the config has no model '{key}'.{_did_you_mean(key, roles)} "
+                    f"Models: {', '.join(roles) or 'none'}"
+                )
+            if child is None:
+                child = node[key] = {}
+            elif not isinstance(child, dict):
+                where = ".".join(path[: depth + 1])
+                raise UsageError(f"'{item}': {where} is {child!r} in the config, not a section with keys")
+            node = child
+        node[path[-1]] = value
+    return cfg
+
+
+def _check_device(device: str) -> None:
+    """Raise :class:`UsageError` unless ``device`` is a torch device that exists here."""
     try:
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise UsageError(f"--device {device}: CUDA is not available here; use --device cpu")
     except RuntimeError:
         raise UsageError(f"--device {device}: not a torch device (cpu, cuda, cuda:1, ...)") from None
 
+
+def build_env(spec: str, *, num_envs: int, device: str, seed: int | None, env_kwargs: dict[str, Any]):
+    """:func:`skrl_marl_ext.envs.make_env` behind an :class:`EpisodeRecorder`; bad specs become :class:`UsageError`."""
+    from skrl_marl_ext.envs import EpisodeRecorder, make_env
+
+    _check_device(device)
     try:
         env = make_env(spec, num_envs=num_envs, device=device, seed=seed, **env_kwargs)
     except (ValueError, ImportError) as e:
@@ -121,8 +252,72 @@ def build_runner(env, cfg: dict[str, Any]):
         raise UsageError("MAPPO needs a global state and this env has none: use --algo ippo")
     try:
         return Runner(env, cfg)
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, KeyError) as e:
         raise UsageError(f"config: {e}") from None
+    except TypeError as e:
+        raise UsageError(f"config: {_explain_type_error(e, cfg, algo)}") from None
+
+
+_UNEXPECTED_ARGUMENT = re.compile(r"(?P<owner>[\w.]+)\(\) got an unexpected keyword argument '(?P<key>\w+)'")
+_FILLED_BY_RUNNER = {"self", "observation_space", "state_space", "action_space", "device", "num_envs"}
+
+
+def _explain_type_error(error: TypeError, cfg: dict[str, Any], algo: str) -> str:
+    """A key that a class of the config does not take, said as the config says it, with the closest name.
+
+    skrl's Runner passes each section to a class as keyword arguments, so a wrong key surfaces as ``X() got an
+    unexpected keyword argument 'k'``: for the agent section it becomes the agents' own did-you-mean error, for a
+    model, memory or trainer section ``models.policy.k: GaussianMLP takes no argument 'k'. Did you mean ...?``.
+    """
+    match = _UNEXPECTED_ARGUMENT.search(str(error))
+    if match is None:
+        return str(error)
+    owner, key = match["owner"].removesuffix(".__init__"), match["key"]
+    from skrl_marl_ext.runner import load_algorithm
+
+    agent_class, cfg_class = load_algorithm(algo)  # build_runner's Runner has checked the name
+    if owner == cfg_class.__name__:
+        from skrl_marl_ext.agents.config import build_cfg
+
+        try:
+            build_cfg(cfg_class, {key: None}, owner=agent_class.__name__)
+        except ValueError as e:
+            return str(e)
+    places = [f"models.{role}" for role, section in (cfg.get("models") or {}).items() if _has_key(section, key)]
+    places += [name for name in ("memory", "trainer") if _has_key(cfg.get(name), key)]
+    known = _arguments(owner)
+    where = " / ".join(f"{place}.{key}" for place in places) or key
+    hint = f"{_did_you_mean(key, known)} Its arguments: {', '.join(known)}" if known else ""
+    return f"{where}: {owner} takes no argument '{key}'.{hint}"
+
+
+def _has_key(section: Any, key: str) -> bool:
+    return isinstance(section, dict) and key in section
+
+
+_ARGUMENT_OWNERS = (
+    "skrl_marl_ext.models",
+    "skrl.utils.model_instantiators.torch",
+    "skrl.memories.torch",
+    "skrl.trainers.torch",
+)
+"""Where the classes (and skrl's model instantiator functions) that a Runner config's sections name are found."""
+
+
+def _arguments(name: str) -> list[str]:
+    """Keyword arguments of the model, memory or trainer config class ``name`` (empty when it is not found)."""
+    modules = (importlib.import_module(module) for module in _ARGUMENT_OWNERS)
+    owner = next((getattr(module, name) for module in modules if hasattr(module, name)), None)
+    if owner is None:
+        return []
+    if dataclasses.is_dataclass(owner):
+        return sorted(f.name for f in dataclasses.fields(owner))
+    try:
+        parameters = inspect.signature(owner).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return sorted(p.name for p in parameters if p.kind in kinds and p.name not in _FILLED_BY_RUNNER)
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
@@ -190,89 +385,6 @@ def _return_stats(episodes: list[tuple[int, dict[str, float]]]) -> dict[str, tup
     return {key: (float(c.mean()), float(c.std(unbiased=False))) for key, c in columns.items()}
 
 
-# ---------------------------------------------------------------------------------------------------- commands
-
-
-def _run_name(algo: str, env_spec: str) -> str:
-    return f"{time.strftime('%y-%m-%d_%H-%M-%S')}_{algo}_{re.sub(r'[^A-Za-z0-9]+', '-', env_spec).strip('-')}"
-
-
-def train(args: argparse.Namespace) -> dict[str, Any]:
-    """``skrl-marl train``: returns the paths written (also printed as one summary line)."""
-    cfg = load_config(args.config) if args.config else None
-    algo = str(args.algo or (cfg["agent"].get("class") if cfg else "mappo")).lower()
-    _check_algorithm(algo)
-    timesteps = args.timesteps or (cfg or {}).get("trainer", {}).get("timesteps") or DEFAULT_TIMESTEPS
-    if cfg is None:
-        cfg = default_config(algo)
-    elif str(cfg["agent"].get("class", "")).lower() != algo:
-        raise UsageError(f"--algo {algo} but --config has agent.class {cfg['agent'].get('class')}; drop one of them")
-    if args.num_envs < 1 or timesteps < 1:
-        raise UsageError("--num-envs and --timesteps must be positive")
-    env_kwargs = parse_env_args(args.env_arg)
-    env = build_env(args.env, num_envs=args.num_envs, device=args.device, seed=args.seed, env_kwargs=env_kwargs)
-
-    run_name = _run_name(algo, args.env)
-    run_dir = os.path.abspath(os.path.join(args.out, run_name))
-    cfg = copy.deepcopy(cfg)
-    cfg["seed"] = args.seed
-    cfg.setdefault("models", {})
-    if args.shared_policy:
-        cfg["models"]["share_across_agents"] = True
-    experiment = cfg["agent"].setdefault("experiment", {}) or {}
-    experiment.update({"directory": os.path.abspath(args.out), "experiment_name": run_name})
-    cfg["agent"]["experiment"] = experiment
-    cfg["trainer"] = {**cfg.get("trainer", {}), "timesteps": timesteps, "headless": True}
-    cfg["trainer"]["disable_progressbar"] = bool(args.no_progress)
-    runner = build_runner(env, cfg)
-
-    start = time.perf_counter()
-    runner.run("train")
-    seconds = time.perf_counter() - start
-
-    checkpoint = os.path.join(run_dir, "checkpoints", FINAL_CHECKPOINT)
-    os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
-    runner.agent.save(checkpoint)
-    run = {
-        "algo": algo,
-        "env": args.env,
-        "env_kwargs": env_kwargs,
-        "num_envs": args.num_envs,
-        "device": args.device,
-        "seed": args.seed,
-        "timesteps": timesteps,
-        "train_seconds": round(seconds, 2),
-        "config": cfg,
-    }
-    with open(os.path.join(run_dir, RUN_FILE), "w") as file:
-        json.dump(run, file, indent=2, default=str)
-    episodes_csv = os.path.join(run_dir, "episodes.csv")
-    write_episodes(env.episodes, args.num_envs, episodes_csv)
-    plot = os.path.join(run_dir, "learning_curve.png")
-    plot_learning_curve(
-        env.episodes, num_envs=args.num_envs, path=plot, title=f"{algo.upper()} on {args.env} ({args.num_envs} envs)"
-    )
-    tenth = max(1, len(env.episodes) // 10)
-    first, final = _mean_return(env.episodes[:tenth]), _mean_return(env.episodes[-tenth:])
-    returns = (
-        f"mean episode return per agent, first 10% of episodes {first:.2f} -> last 10% {final:.2f}"
-        if env.episodes
-        else "no episode finished"
-    )
-    print(
-        f"skrl-marl: trained {algo} on {args.env} for {timesteps * args.num_envs} frames in {seconds:.0f} s "
-        f"({returns}); run: {run_dir} | checkpoint: {checkpoint} | plot: {plot} | tensorboard --logdir {run_dir}"
-    )
-    return {
-        "run_dir": run_dir,
-        "checkpoint": checkpoint,
-        "plot": plot,
-        "episodes": episodes_csv,
-        "first": first,
-        "final": final,
-    }
-
-
 def _mean_return(episodes: list[tuple[int, dict[str, float]]]) -> float:
     """Mean over episodes of the mean over agents of the episode return (nan without episodes)."""
     if not episodes:
@@ -280,8 +392,133 @@ def _mean_return(episodes: list[tuple[int, dict[str, float]]]) -> float:
     return sum(sum(r.values()) / len(r) for _, r in episodes) / len(episodes)
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
-    """``skrl-marl eval``: deterministic episodes; returns (and prints) ``{agent or "team": (mean, std)}``."""
+# ---------------------------------------------------------------------------------------------------- train
+
+
+def _run_name(algo: str, env_spec: str) -> str:
+    return f"{time.strftime('%y-%m-%d_%H-%M-%S')}_{algo}_{re.sub(r'[^A-Za-z0-9]+', '-', env_spec).strip('-')}"
+
+
+def _train_config(args: argparse.Namespace) -> tuple[str, dict[str, Any], int]:
+    """``(algo, config with the overrides applied, timesteps)`` from ``--algo``, ``--config``, the overrides."""
+    overrides = parse_overrides(args.overrides)
+    cfg = load_config(args.config) if args.config else None
+    algo = str(args.algo or (cfg["agent"].get("class") if cfg else "mappo")).lower()
+    _check_algorithm(algo)
+    if cfg is None:
+        cfg = default_config(algo)
+    elif str(cfg["agent"].get("class", "")).lower() != algo:
+        raise UsageError(f"--algo {algo} but --config has agent.class {cfg['agent'].get('class')}; drop one of them")
+    cfg = apply_overrides(cfg, overrides)
+    timesteps = args.timesteps or (cfg.get("trainer") or {}).get("timesteps") or DEFAULT_TIMESTEPS
+    if args.num_envs < 1 or timesteps < 1:
+        raise UsageError("--num-envs and --timesteps must be positive")
+    return algo, cfg, timesteps
+
+
+def _runner_config(cfg: dict[str, Any], args: argparse.Namespace, *, run_name: str, timesteps: int) -> dict:
+    """``cfg`` with what the options set: seed (``seed + rank``), shared models, experiment directory, trainer."""
+    cfg = copy.deepcopy(cfg)
+    cfg["seed"] = args.seed + distributed.rank()
+    cfg["models"] = cfg.get("models") or {}
+    if args.shared_policy:
+        cfg["models"]["share_across_agents"] = True
+    experiment = cfg["agent"].get("experiment") or {}
+    experiment.update({"directory": os.path.abspath(args.out), "experiment_name": run_name})
+    cfg["agent"]["experiment"] = experiment
+    cfg["trainer"] = {**(cfg.get("trainer") or {}), "timesteps": timesteps, "headless": True}
+    cfg["trainer"]["disable_progressbar"] = bool(args.no_progress) or distributed.rank() > 0
+    return cfg
+
+
+def train(args: argparse.Namespace) -> dict[str, Any]:
+    """``skrl-marl train``: returns the paths written (also printed as one summary line, by rank 0).
+
+    :raises RanksDisagree: When the ranks of a distributed run end with different parameters.
+    """
+    algo, cfg, timesteps = _train_config(args)
+    env_kwargs = parse_env_args(args.env_arg)
+    rank, world = distributed.rank(), distributed.world_size()
+    device = distributed.torchrun_device(args.device)
+    env = build_env(args.env, num_envs=args.num_envs, device=device, seed=args.seed + rank, env_kwargs=env_kwargs)
+    run_name = distributed.broadcast_object(_run_name(algo, args.env))
+    cfg = _runner_config(cfg, args, run_name=run_name, timesteps=timesteps)
+    runner = build_runner(env, cfg)
+
+    start = time.perf_counter()
+    runner.run("train")
+    seconds = time.perf_counter() - start
+
+    checksums = distributed.gather_checksums(_unique_models(runner.agent))  # every rank takes part
+    agree = bool((checksums == checksums[0]).all())
+    result = {"run_dir": os.path.abspath(os.path.join(args.out, run_name)), "ranks": world, "ranks_agree": agree}
+    if rank == 0:
+        run = {
+            "algo": algo,
+            "env": args.env,
+            "env_kwargs": env_kwargs,
+            "num_envs": args.num_envs,
+            "device": args.device,
+            "seed": args.seed,
+            "timesteps": timesteps,
+            "ranks": world,
+            "overrides": list(args.overrides),
+            "train_seconds": round(seconds, 2),
+            "config": cfg,
+        }
+        result.update(_write_run(runner.agent, env, run, result["run_dir"]))
+        ranks = "" if world == 1 else f"; {world} ranks, parameters identical"
+        if not agree:
+            ranks = f"; {world} ranks, error: parameters differ across ranks (checksums {checksums.tolist()})"
+        print(_train_summary(run, result, env.episodes, frames=timesteps * args.num_envs * world) + ranks)
+    if not agree:
+        raise RanksDisagree(f"the {world} ranks ended with different parameters")
+    return result
+
+
+def _unique_models(agent) -> list[torch.nn.Module]:
+    """The agent's models, each once (shared models stand in several agents' dicts), in agent and role order."""
+    models = {id(m): m for uid in agent.possible_agents for m in agent.models[uid].values() if m is not None}
+    return list(models.values())
+
+
+def _write_run(agent, env, run: dict[str, Any], run_dir: str) -> dict[str, str]:
+    """Write the final checkpoint, ``run.json``, ``episodes.csv`` and the learning curve; return their paths."""
+    checkpoint = os.path.join(run_dir, "checkpoints", FINAL_CHECKPOINT)
+    os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
+    agent.save(checkpoint)
+    with open(os.path.join(run_dir, RUN_FILE), "w") as file:
+        json.dump(run, file, indent=2, default=str)
+    episodes_csv = os.path.join(run_dir, "episodes.csv")
+    write_episodes(env.episodes, run["num_envs"], episodes_csv)
+    plot = os.path.join(run_dir, "learning_curve.png")
+    title = f"{run['algo'].upper()} on {run['env']} ({run['num_envs']} envs)"
+    plot_learning_curve(env.episodes, num_envs=run["num_envs"], path=plot, title=title)
+    return {"checkpoint": checkpoint, "plot": plot, "episodes": episodes_csv}
+
+
+def _train_summary(run: dict[str, Any], paths: dict[str, Any], episodes: list, *, frames: int) -> str:
+    """The summary line of ``train``; also puts ``first`` and ``final`` (mean returns) into ``paths``."""
+    tenth = max(1, len(episodes) // 10)
+    paths["first"], paths["final"] = _mean_return(episodes[:tenth]), _mean_return(episodes[-tenth:])
+    returns = (
+        f"mean episode return per agent, first 10% of episodes {paths['first']:.2f} -> last 10% {paths['final']:.2f}"
+        if episodes
+        else "no episode finished"
+    )
+    run_dir = paths["run_dir"]
+    return (
+        f"skrl-marl: trained {run['algo']} on {run['env']} for {frames} frames in {run['train_seconds']:.0f} s "
+        f"({returns}); run: {run_dir} | checkpoint: {paths['checkpoint']} | plot: {paths['plot']} | "
+        f"tensorboard --logdir {run_dir}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- eval
+
+
+def _load_run(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
+    """``(run_dir, checkpoint, run.json)`` of ``eval --checkpoint`` (a run directory or a checkpoint in one)."""
     path = os.path.abspath(args.checkpoint)
     if os.path.isdir(path):
         run_dir, checkpoint = path, os.path.join(path, "checkpoints", FINAL_CHECKPOINT)
@@ -293,10 +530,41 @@ def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
             f"--checkpoint {args.checkpoint}: expected a run directory of 'skrl-marl train' or a checkpoint in its "
             f"checkpoints/ folder (with {RUN_FILE} in the run directory)"
         )
+    with open(run_file) as file:
+        return run_dir, checkpoint, json.load(file)
+
+
+def run_episodes(agent, env, episodes: int, *, max_steps: int = MAX_EVAL_STEPS) -> list[tuple[int, dict]]:
+    """Step ``env`` (an :class:`~skrl_marl_ext.envs.EpisodeRecorder`) with the agent's deterministic actions until
+    ``episodes`` episodes ended; return them (fewer only if ``max_steps`` ran out).
+
+    Each step is :func:`skrl_marl_ext.trainers.interact` without learning; ``record_transition`` still runs, so the
+    agent reads the next observations' action masks from the infos.
+
+    :param agent: The agent, in evaluation mode.
+    :param env: The env behind an ``EpisodeRecorder``.
+    :param episodes: Episodes to run.
+    :param max_steps: Steps at the most.
+    """
+    from skrl_marl_ext.trainers import interact
+
+    observations, _ = env.reset()
+    states = env.state()
+    for step in range(max_steps):
+        result = interact(
+            agent, env, observations, states, timestep=step, timesteps=max_steps, learn=False, deterministic=True
+        )
+        observations, states = result.next_observations, result.next_states
+        if len(env.episodes) >= episodes:
+            break
+    return env.episodes[:episodes]
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
+    """``skrl-marl eval``: deterministic episodes; returns (and prints) ``{agent or "team": (mean, std)}``."""
+    run_dir, checkpoint, run = _load_run(args)
     if args.episodes < 1:
         raise UsageError("--episodes must be positive")
-    with open(run_file) as file:
-        run = json.load(file)
     num_envs = args.num_envs or min(run["num_envs"], args.episodes)
     device = args.device or run["device"]
     env = build_env(run["env"], num_envs=num_envs, device=device, seed=args.seed, env_kwargs=run["env_kwargs"])
@@ -305,43 +573,16 @@ def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
     cfg["agent"]["experiment"] = {"directory": run_dir, "experiment_name": "eval", "write_interval": 0}
     cfg["agent"]["experiment"]["checkpoint_interval"] = 0
     cfg["trainer"].update({"timesteps": 1, "disable_progressbar": True})
-    runner = build_runner(env, cfg)
-    agent = runner.agent
+    agent = build_runner(env, cfg).agent
     try:
         agent.load(checkpoint)
     except ValueError as e:  # a checkpoint of another run, or one holding more than tensors (refused unread)
         raise UsageError(f"--checkpoint {args.checkpoint}: {e}") from None
     agent.enable_training_mode(False)
 
-    observations, infos = env.reset()
-    states = env.state()
-    max_steps = 100_000
-    with torch.no_grad():
-        for step in range(max_steps):
-            actions, outputs = agent.act(observations, states, timestep=step, timesteps=max_steps)
-            actions = outputs.get("mean_actions", actions)
-            next_observations, rewards, terminated, truncated, infos = env.step(actions)
-            next_states = env.state()
-            # lets the agent read the action masks of the next observations from infos
-            agent.record_transition(
-                observations=observations,
-                states=states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_observations,
-                next_states=next_states,
-                terminated=terminated,
-                truncated=truncated,
-                infos=infos,
-                timestep=step,
-                timesteps=max_steps,
-            )
-            observations, states = next_observations, next_states
-            if len(env.episodes) >= args.episodes:
-                break
-    episodes = env.episodes[: args.episodes]
+    episodes = run_episodes(agent, env, args.episodes)
     if not episodes:
-        raise UsageError(f"no episode ended within {max_steps} steps")
+        raise UsageError(f"no episode ended within {MAX_EVAL_STEPS} steps")
     stats = _return_stats(episodes)
     print(f"skrl-marl: {len(episodes)} deterministic episodes of {run['algo']} on {run['env']} ({checkpoint})")
     for key, (mean, std) in stats.items():
@@ -352,12 +593,14 @@ def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
 # ---------------------------------------------------------------------------------------------------- entry
 
 
-def make_parser() -> argparse.ArgumentParser:
-    """The ``skrl-marl`` parser; every option's help states its default."""
-    parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    t = commands.add_parser("train", help="train an agent (defaults: MAPPO on VMAS balance)")
+def _add_train_parser(commands) -> None:
+    t = commands.add_parser(
+        "train",
+        help="train an agent (defaults: MAPPO on VMAS balance)",
+        usage="skrl-marl train [options] [SECTION.KEY=VALUE ...]",
+        epilog="example: skrl-marl train --env builtin:spread agent.learning_rate=1e-3 "
+        "'models.policy.hidden_sizes=[256,256]'; under torchrun: torchrun --nproc_per_node=2 -m skrl_marl_ext train",
+    )
     t.add_argument(
         "--algo", default=None, help="mappo, ippo or maddpg (default: the --config's agent.class, else mappo)"
     )
@@ -380,13 +623,21 @@ def make_parser() -> argparse.ArgumentParser:
         "--timesteps",
         type=int,
         default=None,
-        help=f"env steps, each stepping every env (default: --config's trainer.timesteps, else {DEFAULT_TIMESTEPS})",
+        help=f"env steps, each stepping every env (default: the config's trainer.timesteps, else {DEFAULT_TIMESTEPS})",
     )
     t.add_argument(
-        "--device", default="cpu", help="device of env and agent: cpu, cuda, cuda:1, ... (default: %(default)s)"
+        "--device",
+        default="cpu",
+        help="device of env and agent: cpu, cuda, cuda:1, ...; under torchrun cuda means cuda:LOCAL_RANK "
+        "(default: %(default)s)",
     )
     t.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
-    t.add_argument("--seed", type=int, default=0, help="seed of torch, numpy and the env (default: %(default)s)")
+    t.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of torch, numpy and the env; rank r takes seed + r (default: %(default)s)",
+    )
     t.add_argument(
         "--config",
         default=None,
@@ -402,7 +653,10 @@ def make_parser() -> argparse.ArgumentParser:
         "--out", default="runs", help="directory of the runs (default: %(default)s, in the working directory)"
     )
     t.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: off, the bar is shown)")
+    t.add_argument("overrides", nargs="*", metavar="SECTION.KEY=VALUE", help=OVERRIDES_HELP)
 
+
+def _add_eval_parser(commands) -> None:
     e = commands.add_parser("eval", help="run deterministic episodes of a trained agent")
     e.add_argument(
         "--checkpoint",
@@ -420,25 +674,58 @@ def make_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--seed", type=int, default=12345, help="seed of torch, numpy and the env's episodes (default: %(default)s)"
     )
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``skrl-marl`` parser; every option's help states its default."""
+    parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(commands)
+    _add_eval_parser(commands)
     return parser
 
 
+def _setup_torchrun(args: argparse.Namespace) -> bool:
+    """Under torchrun (``WORLD_SIZE > 1``), create the process group before skrl is imported; return whether it was
+    created here (then :func:`main` destroys it)."""
+    if distributed.torchrun_world_size() <= 1:
+        return False
+    if args.command != "train":
+        raise UsageError(f"{args.command} runs in one process: run it without torchrun")
+    _check_device(args.device)
+    index, local_rank = torch.device(args.device).index, distributed.torchrun_local_rank()
+    if torch.device(args.device).type == "cuda" and index not in (None, local_rank):
+        raise UsageError(
+            f"--device {args.device}: under torchrun each process takes cuda:LOCAL_RANK; use --device cuda"
+        )
+    return distributed.init_torchrun_group(args.device)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``skrl-marl``; returns the exit status (2 on bad input)."""
+    """Entry point of ``skrl-marl``; returns the exit status (2 on bad input, 1 when distributed ranks disagree)."""
     args = make_parser().parse_args(argv)
     threads = torch.get_num_threads()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    created, finished = False, False
     try:
+        created = _setup_torchrun(args)
         if args.command == "train":
             train(args)
         else:
             evaluate(args)
+        finished = True
     except UsageError as e:
         print(f"skrl-marl {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except RanksDisagree as e:
+        finished = True
+        print(f"skrl-marl {args.command}: error: {e}", file=sys.stderr)
+        return 1
     finally:
         torch.set_num_threads(threads)  # main() may run inside another program (the tests)
+        if created:  # a rank that failed leaves at once: waiting for the others could hang
+            distributed.shutdown_torchrun_group(wait=finished)
     return 0
 
 

@@ -12,6 +12,10 @@ Unlike skrl's ``RunningStandardScaler`` it never clips: a return ten standard de
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from torch import nn
@@ -62,14 +66,9 @@ class ValueNorm(nn.Module):
         :param mask: Boolean mask of shape ``(..., 1)``; masked-out entries are ignored. The moments are averaged
             over all ranks of a distributed run, so every rank keeps the same statistics.
         """
-        x = x.reshape(-1, x.shape[-1]).double()
-        weight = torch.ones_like(x[:, :1]) if mask is None else mask.reshape(-1, 1).double()
-        x = torch.where(weight > 0, x, 0.0)  # a masked-out NaN must not reach the sums (NaN * 0 is NaN)
-        sums = torch.cat([(x * weight).sum(0), (x * x * weight).sum(0), weight.sum(0)])
-        distributed.all_reduce_sum_(sums)
-        size = x.shape[-1]
-        count = sums[-1].clamp(min=1.0)
-        batch_mean, batch_mean_sq = sums[:size] / count, sums[size : 2 * size] / count
+        total, total_sq, count = masked_sums(x, mask)
+        count = count.clamp(min=1.0)
+        batch_mean, batch_mean_sq = total / count, total_sq / count
         self.running_mean.mul_(self.beta).add_(batch_mean * (1.0 - self.beta))
         self.running_mean_sq.mul_(self.beta).add_(batch_mean_sq * (1.0 - self.beta))
         self.debiasing_term.mul_(self.beta).add_(1.0 - self.beta)
@@ -102,6 +101,51 @@ class ValueNorm(nn.Module):
             return self.denormalize(x) if inverse else self.normalize(x)
 
 
+def identity(x, *args, **kwargs):
+    """The preprocessor used when none is configured."""
+    return x
+
+
+def make_preprocessor(cls: type | None, kwargs: dict | None, *, size: Any, device: Any) -> Callable:
+    """Instantiate a skrl-style preprocessor, filling ``size`` and ``device`` when the class takes them.
+
+    :param cls: Preprocessor class, or None/False for :func:`identity`.
+    :param kwargs: The user's keyword arguments (``size``/``device`` given there win).
+    :param size: Space or int passed as ``size`` unless the user gave one.
+    :param device: Device passed as ``device`` unless the user gave one.
+    """
+    if not cls:
+        return identity
+    kwargs = dict(kwargs or {})
+    try:
+        parameters = inspect.signature(cls).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        parameters = {}
+    if "size" in parameters and "size" not in kwargs:
+        kwargs["size"] = size
+    if "device" in parameters and "device" not in kwargs:
+        kwargs["device"] = device
+    return cls(**kwargs)
+
+
+@torch.no_grad()
+def masked_sums(x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sum, sum of squares and count of the unmasked rows of ``x``, in float64, summed over all ranks (one
+    collective, no host read).
+
+    :param x: Data, shape ``(..., size)``; masked-out rows may hold NaN (they never reach the sums).
+    :param mask: Boolean mask of shape ``(..., 1)``, or None for all rows.
+    :return: ``(sum, sum of squares, count)``, shapes ``(size,)``, ``(size,)`` and ``()``.
+    """
+    rows = x.reshape(-1, x.shape[-1]).double()
+    weight = torch.ones_like(rows[:, :1]) if mask is None else mask.reshape(-1, 1).double()
+    rows = torch.where(weight > 0, rows, 0.0)  # NaN * 0 is NaN
+    sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)])
+    distributed.all_reduce_sum_(sums)
+    size = rows.shape[-1]
+    return sums[:size], sums[size : 2 * size], sums[-1]
+
+
 @torch.no_grad()
 def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None = None) -> None:
     """Update a preprocessor's statistics with the unmasked rows of ``x``, the same on every rank.
@@ -117,15 +161,9 @@ def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None =
     if isinstance(preprocessor, ValueNorm):
         preprocessor.update(x, mask)
     elif isinstance(preprocessor, RunningStandardScaler):
-        rows = x.reshape(-1, x.shape[-1]).double()
-        weight = torch.ones_like(rows[:, :1]) if mask is None else mask.reshape(-1, 1).double()
-        rows = torch.where(weight > 0, rows, 0.0)  # a masked-out NaN must not reach the sums (NaN * 0 is NaN)
-        sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)])
-        distributed.all_reduce_sum_(sums)
-        size = rows.shape[-1]
-        count = sums[-1]
-        mean = sums[:size] / count.clamp(min=1.0)
-        m2 = (sums[size : 2 * size] - count * mean * mean).clamp(min=0.0)  # sum of squared deviations
+        total, total_sq, count = masked_sums(x, mask)
+        mean = total / count.clamp(min=1.0)
+        m2 = (total_sq - count * mean * mean).clamp(min=0.0)  # sum of squared deviations
         merge_moments_(preprocessor, mean=mean, m2=m2, count=count)
     else:
         rows = x.reshape(-1, x.shape[-1])
@@ -155,4 +193,4 @@ def merge_moments_(scaler: RunningStandardScaler, *, mean: torch.Tensor, m2: tor
     scaler.current_count.copy_(total)
 
 
-__all__ = ["ValueNorm", "merge_moments_", "update_statistics"]
+__all__ = ["ValueNorm", "identity", "make_preprocessor", "masked_sums", "merge_moments_", "update_statistics"]

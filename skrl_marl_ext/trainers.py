@@ -1,4 +1,4 @@
-"""skrl's ``StepTrainer``, fixed for multi-agents.
+"""skrl's ``StepTrainer``, fixed for multi-agents, and the one env step every driver of an agent runs.
 
 skrl 2.1.1's ``StepTrainer`` slices the observations with ``observations[scope[0]:scope[1]]`` and stacks the actions
 with ``torch.vstack``; both fail when they are ``{agent: tensor}`` dicts, so no multi-agent (skrl's own MAPPO/IPPO
@@ -8,12 +8,17 @@ reset) on the dicts as they are; anything else (single agents, simultaneous agen
 
 Evaluation acts with ``outputs["mean_actions"]`` (the mean or greedy actions, ``{agent: tensor}``) unless
 ``cfg.stochastic_evaluation`` is set, as skrl's trainers do for single agents.
+
+:func:`interact` is the body of that loop, one env step, with hooks: the trainer, ``skrl-marl eval``, the benchmarks
+(which time its phases) and the tests (which rewrite the env's infos) all step an agent through it.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 import tqdm
@@ -21,9 +26,127 @@ from skrl.envs.wrappers.torch import MultiAgentEnvWrapper
 from skrl.multi_agents.torch import MultiAgent
 from skrl.trainers.torch import StepTrainer as _SkrlStepTrainer
 from skrl.trainers.torch.step import StepTrainerCfg
-from skrl.utils import ScopedTimer
 
-__all__ = ["StepTrainer", "StepTrainerCfg"]
+from skrl_marl_ext.keys import MEAN_ACTIONS_KEY
+
+__all__ = ["PHASES", "StepResult", "StepTrainer", "StepTrainerCfg", "interact", "track_phase_times"]
+
+PHASES = ("pre_interaction", "act", "env", "record", "post_interaction")
+"""The phases of :func:`interact`, in order, as its ``on_phase`` hook names them (``env`` is ``env.step`` and
+``env.state``, ``record`` is ``record_transition``)."""
+
+_SKRL_TIMERS = {"act": "Stats / Inference time (ms)", "env": "Stats / Env stepping time (ms)"}
+
+
+class StepResult(NamedTuple):
+    """What one :func:`interact` step produced (dicts keyed by agent, as the env returns them)."""
+
+    actions: dict[str, torch.Tensor]
+    next_observations: dict[str, torch.Tensor]
+    next_states: dict[str, torch.Tensor | None]
+    rewards: dict[str, torch.Tensor]
+    terminated: dict[str, torch.Tensor]
+    truncated: dict[str, torch.Tensor]
+    infos: dict[str, Any]
+
+
+def track_phase_times(agent: MultiAgent) -> Callable[[str, float], None]:
+    """An ``on_phase`` hook for :func:`interact` that tracks what skrl's trainers track about a step.
+
+    ``act`` and ``env`` go to the agent's ``Stats / Inference time (ms)`` and ``Stats / Env stepping time (ms)``
+    (written to TensorBoard at the agent's write interval); the other phases are not tracked.
+
+    :param agent: The agent whose tracking data receives the times.
+    """
+
+    def on_phase(phase: str, milliseconds: float) -> None:
+        tag = _SKRL_TIMERS.get(phase)
+        if tag is not None:
+            agent.track_data(tag, milliseconds)
+
+    return on_phase
+
+
+def _lap(on_phase: Callable[[str, float], None] | None, phase: str, start: float) -> float:
+    """Report the time since ``start`` as ``phase`` to ``on_phase`` (if any); return the clock for the next phase."""
+    now = time.perf_counter()
+    if on_phase is not None:
+        on_phase(phase, (now - start) * 1000.0)
+    return now
+
+
+def interact(
+    agent: MultiAgent,
+    env: Any,
+    observations: dict[str, torch.Tensor],
+    states: dict[str, torch.Tensor | None],
+    *,
+    timestep: int,
+    timesteps: int,
+    learn: bool = True,
+    deterministic: bool = False,
+    infos_fn: Callable[[int, dict[str, Any]], dict[str, Any]] | None = None,
+    on_phase: Callable[[str, float], None] | None = None,
+) -> StepResult:
+    """Step ``env`` once through a multi-agent's lifecycle: the body of skrl's trainer loop.
+
+    ``pre_interaction``; under ``torch.no_grad()`` ``act``, ``env.step`` and ``env.state``, ``record_transition``;
+    then ``post_interaction``. The agent's mode (``enable_training_mode``) is the caller's, as is what to feed the
+    next step (the returned ``next_observations``/``next_states``, or a reset). Single-agent skrl agents have another
+    signature and are not driven here.
+
+    :param agent: The multi-agent (initialised with ``agent.init()``, as skrl's trainers do).
+    :param env: A skrl multi-agent env wrapper (anything with ``step(actions)`` and ``state()``).
+    :param observations: The observations to act on, ``{agent: tensor}``.
+    :param states: The env's states for them, ``{agent: tensor or None}``.
+    :param timestep: Current timestep.
+    :param timesteps: Total number of timesteps.
+    :param learn: Call the agent's ``post_interaction`` (where it learns when in training mode). False calls only
+        skrl's ``MultiAgent.post_interaction`` (tracking data and checkpoints at their intervals, no update), as
+        skrl's trainers do when they evaluate.
+    :param deterministic: Step the env with ``outputs["mean_actions"]`` (the mean or greedy actions this package's
+        agents give in evaluation mode) where the agent gives them, instead of the actions it sampled.
+    :param infos_fn: Called as ``infos_fn(timestep, infos)`` with the env's step infos, before they are recorded;
+        what it returns is recorded and returned instead (a test rewriting them, a trainer rendering or tracking).
+    :param on_phase: Called as ``on_phase(phase, milliseconds)`` after each of :data:`PHASES` (times from
+        ``time.perf_counter``); :func:`track_phase_times` gives the hook that tracks what skrl's trainers track.
+
+    :return: The actions taken and what the env returned for them.
+    """
+    start = time.perf_counter()
+    agent.pre_interaction(timestep=timestep, timesteps=timesteps)
+    start = _lap(on_phase, "pre_interaction", start)
+    with torch.no_grad():
+        actions, outputs = agent.act(observations, states, timestep=timestep, timesteps=timesteps)
+        if deterministic:
+            actions = outputs.get(MEAN_ACTIONS_KEY, actions)
+        start = _lap(on_phase, "act", start)
+        next_observations, rewards, terminated, truncated, infos = env.step(actions)
+        next_states = env.state()
+        start = _lap(on_phase, "env", start)
+        if infos_fn is not None:
+            infos = infos_fn(timestep, infos)
+            start = time.perf_counter()
+        agent.record_transition(
+            observations=observations,
+            states=states,
+            actions=actions,
+            rewards=rewards,
+            next_observations=next_observations,
+            next_states=next_states,
+            terminated=terminated,
+            truncated=truncated,
+            infos=infos,
+            timestep=timestep,
+            timesteps=timesteps,
+        )
+        start = _lap(on_phase, "record", start)
+    if learn:
+        agent.post_interaction(timestep=timestep, timesteps=timesteps)
+    else:
+        MultiAgent.post_interaction(agent, timestep=timestep, timesteps=timesteps)
+    _lap(on_phase, "post_interaction", start)
+    return StepResult(actions, next_observations, next_states, rewards, terminated, truncated, infos)
 
 
 class StepTrainer(_SkrlStepTrainer):
@@ -43,23 +166,25 @@ class StepTrainer(_SkrlStepTrainer):
 
         :return: The env's next observations, rewards, terminated, truncated and infos (dicts keyed by agent).
         """
-        agent = self._single_multi_agent()
-        if agent is None:
-            return super().train(timestep=timestep, timesteps=timesteps)
-        return self._step(agent, training=True, timestep=timestep, timesteps=timesteps)
+        return self._dispatch(True, timestep, timesteps)
 
     def eval(self, timestep: int | None = None, timesteps: int | None = None) -> tuple[Any, Any, Any, Any, Any]:
-        """Execute one evaluation step (see skrl's ``StepTrainer.eval``).
+        """Execute one evaluation step (see skrl's ``StepTrainer.eval``): no learning, mean/greedy actions.
 
         :param timestep: Current timestep; None counts internally.
         :param timesteps: Total number of timesteps; None takes ``cfg.timesteps``.
 
         :return: The env's next observations, rewards, terminated, truncated and infos (dicts keyed by agent).
         """
+        return self._dispatch(False, timestep, timesteps)
+
+    def _dispatch(self, training: bool, timestep: int | None, timesteps: int | None):
+        """One multi-agent goes through :meth:`_step`; anything else through skrl's ``train``/``eval``."""
         agent = self._single_multi_agent()
         if agent is None:
-            return super().eval(timestep=timestep, timesteps=timesteps)
-        return self._step(agent, training=False, timestep=timestep, timesteps=timesteps)
+            skrl_step = super().train if training else super().eval
+            return skrl_step(timestep=timestep, timesteps=timesteps)
+        return self._step(agent, training=training, timestep=timestep, timesteps=timesteps)
 
     def _step(self, agent: MultiAgent, *, training: bool, timestep: int | None, timesteps: int | None):
         if timestep is None:
@@ -75,44 +200,18 @@ class StepTrainer(_SkrlStepTrainer):
             self.observations, _ = self.env.reset()
             self.states = self.env.state()
 
-        agent.pre_interaction(timestep=timestep, timesteps=timesteps)
-        with torch.no_grad():
-            with ScopedTimer() as timer:
-                actions, outputs = agent.act(self.observations, self.states, timestep=timestep, timesteps=timesteps)
-                agent.track_data("Stats / Inference time (ms)", timer.elapsed_time_ms)
-            if not training and not self.cfg.stochastic_evaluation:
-                actions = outputs.get("mean_actions", actions)
-
-            with ScopedTimer() as timer:
-                next_observations, rewards, terminated, truncated, infos = self.env.step(actions)
-                next_states = self.env.state()
-                agent.track_data("Stats / Env stepping time (ms)", timer.elapsed_time_ms)
-
-            if not self.cfg.headless and not timestep % self.cfg.render_interval:
-                self.env.render()
-
-            agent.record_transition(
-                observations=self.observations,
-                states=self.states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_observations,
-                next_states=next_states,
-                terminated=terminated,
-                truncated=truncated,
-                infos=infos,
-                timestep=timestep,
-                timesteps=timesteps,
-            )
-            if self.cfg.environment_info in infos:
-                for k, v in infos[self.cfg.environment_info].items():
-                    if isinstance(v, torch.Tensor) and v.numel() == 1:
-                        agent.track_data(k if "/" in k else f"Info / {k}", v.item())
-
-        if training:
-            agent.post_interaction(timestep=timestep, timesteps=timesteps)
-        else:  # as skrl's trainers: write tracking data without learning
-            MultiAgent.post_interaction(agent, timestep=timestep, timesteps=timesteps)
+        step = interact(
+            agent,
+            self.env,
+            self.observations,
+            self.states,
+            timestep=timestep,
+            timesteps=timesteps,
+            learn=training,
+            deterministic=not training and not self.cfg.stochastic_evaluation,
+            infos_fn=self._env_hook(agent),
+            on_phase=track_phase_times(agent),
+        )
 
         should_reset = self.env.num_envs == 1 and isinstance(self.env, MultiAgentEnvWrapper) and not self.env.agents
         if should_reset:
@@ -120,5 +219,18 @@ class StepTrainer(_SkrlStepTrainer):
                 self.observations, _ = self.env.reset()
                 self.states = self.env.state()
         else:
-            self.observations, self.states = next_observations, next_states
-        return next_observations, rewards, terminated, truncated, infos
+            self.observations, self.states = step.next_observations, step.next_states
+        return step.next_observations, step.rewards, step.terminated, step.truncated, step.infos
+
+    def _env_hook(self, agent: MultiAgent) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+        """The ``infos_fn`` of :func:`interact` that renders and tracks ``infos[cfg.environment_info]`` as skrl does."""
+
+        def after_env_step(timestep: int, infos: dict[str, Any]) -> dict[str, Any]:
+            if not self.cfg.headless and not timestep % self.cfg.render_interval:
+                self.env.render()
+            for key, value in infos.get(self.cfg.environment_info, {}).items():
+                if isinstance(value, torch.Tensor) and value.numel() == 1:
+                    agent.track_data(key if "/" in key else f"Info / {key}", value.item())
+            return infos
+
+        return after_env_step

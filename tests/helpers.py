@@ -9,6 +9,7 @@ from skrl.memories.torch import RandomMemory
 from skrl_marl_ext import IPPO, MADDPG, MAPPO, joint_action_space
 from skrl_marl_ext.envs import make_spread_env
 from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, ValueMLP
+from skrl_marl_ext.trainers import interact
 
 QUIET = {"write_interval": 0, "checkpoint_interval": 0}
 
@@ -105,34 +106,19 @@ def params(module):
 
 
 def drive(agent, env, steps, *, infos_fn=None, training=True):
-    """Run ``steps`` env steps through the agent's lifecycle (what skrl's trainers do)."""
+    """Run ``steps`` env steps through the agent's lifecycle (what skrl's trainers do), with our one step loop.
+
+    :param infos_fn: ``infos_fn(t, infos_copy)`` returns the infos the agent records at step ``t``.
+    :param training: The agent's mode; its own ``post_interaction`` runs either way (it learns only in training).
+    """
     agent.init()
     agent.enable_training_mode(training)
-    obs, infos = env.reset()
+    obs, _ = env.reset()
     states = env.state()
+    rewrite = None if infos_fn is None else (lambda t, infos: infos_fn(t, dict(infos)))
     for t in range(steps):
-        agent.pre_interaction(timestep=t, timesteps=steps)
-        with torch.no_grad():
-            actions, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
-            next_obs, rewards, term, trunc, infos = env.step(actions)
-            next_states = env.state()
-            if infos_fn is not None:
-                infos = infos_fn(t, dict(infos))
-            agent.record_transition(
-                observations=obs,
-                states=states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_obs,
-                next_states=next_states,
-                terminated=term,
-                truncated=trunc,
-                infos=infos,
-                timestep=t,
-                timesteps=steps,
-            )
-        agent.post_interaction(timestep=t, timesteps=steps)
-        obs, states = next_obs, next_states
+        step = interact(agent, env, obs, states, timestep=t, timesteps=steps, infos_fn=rewrite)
+        obs, states = step.next_observations, step.next_states
     return agent
 
 

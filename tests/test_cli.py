@@ -170,9 +170,106 @@ def test_help_states_every_options_default(command, defaults, capsys):
         for i, (name, start) in enumerate(starts)
     }
     subparser = cli.make_parser()._subparsers._group_actions[0].choices[command]
-    options = [a.option_strings[-1] for a in subparser._actions if a.option_strings[-1] != "--help"]
+    options = [
+        a.option_strings[-1] for a in subparser._actions if a.option_strings and a.option_strings[-1] != "--help"
+    ]
     assert sorted(entries) == sorted(options)
     for option in options:
         assert "(default: " in entries[option] or "(required, no default)" in entries[option], entries[option]
     for option, value in defaults.items():
         assert f"(default: {value}" in entries[option] or f"else {value})" in entries[option], entries[option]
+
+
+def _capture_runners(monkeypatch) -> list:
+    """Every Runner that ``cli`` builds, in order (train's, then eval's)."""
+    runners = []
+    build = cli.build_runner
+
+    def capture(env, cfg):
+        runners.append(build(env, cfg))
+        return runners[-1]
+
+    monkeypatch.setattr(cli, "build_runner", capture)
+    return runners
+
+
+def _leaves(value):
+    """The scalars of a per-agent dict / pair, flattened."""
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+def _linear_sizes(model):
+    return [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def test_overrides_reach_the_agent_and_eval_rebuilds_it(tmp_path, monkeypatch, capsys):
+    runners = _capture_runners(monkeypatch)
+    overrides = [
+        "agent.learning_rate=1e-3",  # YAML 1.1 reads 1e-3 as a string: the CLI takes it as the float it means
+        "agent.mixed_precision=true",
+        "agent.rollouts=30",
+        "models.policy.hidden_sizes=[8,4]",
+    ]
+    run_dir = _train(tmp_path, "--env", "builtin:spread", "--timesteps", "60", *overrides)
+    agent = runners[0].agent
+    assert set(_leaves(agent.cfg.learning_rate)) == {1e-3}
+    assert set(_leaves(agent.cfg.mixed_precision)) == {True}
+    assert set(_leaves(agent.cfg.rollouts)) == {30}
+    assert all(_linear_sizes(agent.models[uid]["policy"])[:2] == [8, 4] for uid in agent.possible_agents)
+    assert _linear_sizes(agent.models["agent_0"]["value"])[:2] == [128, 128]  # the default config's value model
+
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["overrides"] == overrides
+    assert run["config"]["agent"]["learning_rate"] == 1e-3 and run["config"]["agent"]["mixed_precision"] is True
+    assert run["config"]["models"]["policy"]["hidden_sizes"] == [8, 4]
+
+    capsys.readouterr()
+    assert cli.main(["eval", "--checkpoint", str(run_dir), "--episodes", "2"]) == 0
+    assert capsys.readouterr().out.startswith("skrl-marl: 2 deterministic episodes of mappo on builtin:spread")
+    assert _linear_sizes(runners[1].agent.models["agent_2"]["policy"])[:2] == [8, 4]  # eval rebuilt the same agent
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("agent.learning_rat=1e-3", "MAPPO: unknown config key 'learning_rat'. Did you mean 'learning_rate'?"),
+        ("agent.experiment.write_intervall=5", "unknown config key 'write_intervall'. Did you mean 'write_interval'?"),
+        ("agnet.learning_rate=1", "unknown config section 'agnet'. Did you mean 'agent'?"),
+        ("agent.learning_rate", "not a config override; write SECTION.KEY=VALUE"),
+        ("agnet.learning_rate:1", "Did you mean 'agent.learning_rate=1'?"),
+        ("agent=1", "name a key inside agent"),
+        ("agent.learning_rate.x=1", "in the config, not a section with keys"),
+        ("agent.class=IPPO", "choose the algorithm with --algo"),
+        ("models.polcy.hidden_sizes=[8]", "the config has no model 'polcy'. Did you mean 'policy'?"),
+        (
+            "models.policy.hidden_sizez=[8]",
+            "config: models.policy.hidden_sizez: GaussianMLP takes no argument 'hidden_sizez'. "
+            "Did you mean 'hidden_sizes'?",
+        ),
+        ("memory.memory_sise=3", "memory.memory_sise: RandomMemory takes no argument 'memory_sise'."),
+        ("models.policy.hidden_sizes=[8", "the value is not valid YAML"),
+    ],
+)
+def test_bad_override_is_one_line_with_the_fix(override, expected, tmp_path, capsys):
+    argv = ["train", "--env", "builtin:spread", "--num-envs", "2", "--timesteps", "2", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--no-progress", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("skrl-marl train: error: ") and "Traceback" not in err
+    assert expected in err, err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_the_command_imports_skrl_only_after_its_own_setup():
+    """``python -m skrl_marl_ext`` and ``skrl-marl`` import the package and cli first: under torchrun the process group
+    must exist before skrl's import-time setup, so neither may import skrl."""
+    import subprocess
+    import sys
+
+    code = "import sys, skrl_marl_ext, skrl_marl_ext.cli; print(sorted(m for m in sys.modules if m.split('.')[0] == 'skrl'))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

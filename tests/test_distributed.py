@@ -7,6 +7,7 @@ Only rank 0 writes TensorBoard data and checkpoints.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -87,3 +88,21 @@ def test_torchrun_cpu_ranks_agree_bitwise(algo, tmp_path):
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(4)]
     assert not torch.equal(results[0]["initial"], results[0]["final"])  # it trained
     assert all(torch.equal(results[0]["final"], r["final"]) for r in results[1:])
+
+
+def test_cli_train_under_torchrun_on_cpu(tmp_path):
+    """``torchrun -m skrl_marl_ext train`` on CPU: the CLI creates the gloo group itself (skrl would ask for NCCL),
+    the two ranks (envs seeded apart) end with the same parameters, and rank 0 alone writes the one run folder."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port())]
+    train = ["-m", "skrl_marl_ext", "train", "--env", "builtin:spread", "--num-envs", "4", "--timesteps", "16"]
+    overrides = ["agent.rollouts=8", "agent.learning_epochs=2", "agent.mini_batches=2"]  # two updates
+    argv = [*command, *train, "--out", str(tmp_path), "--no-progress", *overrides]
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summaries = [line for line in result.stdout.splitlines() if line.startswith("skrl-marl: trained")]
+    assert len(summaries) == 1, result.stdout  # rank 0 only
+    assert "for 128 frames" in summaries[0]  # 2 ranks x 4 envs x 16 steps
+    assert summaries[0].endswith("; 2 ranks, parameters identical"), summaries[0]
+    (run_dir,) = list(tmp_path.iterdir())  # one run folder, nothing else in the working directory
+    assert (run_dir / "checkpoints" / "final.pt").is_file()
+    assert json.loads((run_dir / "run.json").read_text())["ranks"] == 2

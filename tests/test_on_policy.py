@@ -73,8 +73,14 @@ def test_skrl_config_dataclass_and_runner_style_kwargs_are_accepted():
 
 
 def _values(agent, obs, states):
+    # the critic's values decided by act (record_transition stores them), per agent (num_envs, 1)
     agent.act(obs, states, timestep=0, timesteps=1)
-    return {uid: agent.group_of[uid].buffers["values"][0][agent.group_of[uid].uids.index(uid)].clone() for uid in obs}
+    values = {}
+    for uid in obs:
+        group = agent.group_of[uid]
+        decided = agent._decisions[group.index].values.view(group.size, -1, 1)
+        values[uid] = decided[group.uids.index(uid)].clone()
+    return values
 
 
 @pytest.mark.parametrize("shared", [False, True])

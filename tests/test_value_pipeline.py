@@ -2,7 +2,7 @@
 
 A correct GAE fed the wrong next value, or a correct value loss fed the wrong anchor, passes every function test. Each
 test here drives MAPPO/IPPO through its lifecycle, records the arguments of a math function at its call site in
-``skrl_marl_ext.agents.on_policy`` and checks them against values worked out by hand:
+``skrl_marl_ext.agents.on_policy`` (``compute_gae``, ``ppo_loss``) and checks them against values worked out by hand:
 
 - the time-limit bootstrap of a truncated step is ``gamma * V(final observation)`` when the env gives it, and
   ``gamma * V(s_t)`` when it does not (never the value of the next episode's first observation);
@@ -235,9 +235,9 @@ def test_value_clip_anchor_is_the_critics_output_at_collection(monkeypatch, algo
 
     def keep_gradient(call, kwargs):
         if call == 0:
-            kwargs["predicted_values"].register_hook(lambda grad: gradients.append(grad.clone()))
+            kwargs["values"].register_hook(lambda grad: gradients.append(grad.clone()))
 
-    losses = Recorder(monkeypatch, "value_loss", hook=keep_gradient)
+    losses = Recorder(monkeypatch, "ppo_loss", hook=keep_gradient)
     agent = make_agent(
         env,
         algo,
@@ -252,7 +252,7 @@ def test_value_clip_anchor_is_the_critics_output_at_collection(monkeypatch, algo
     )
     drive(agent, env, 16)
     kwargs, _ = losses.calls[0]  # first mini-batch of the first epoch of the first update
-    predicted, anchor, targets = kwargs["predicted_values"].detach(), kwargs["old_values"], kwargs["returns"]
+    predicted, anchor, targets = kwargs["values"].detach(), kwargs["old_values"], kwargs["returns"]
     # nothing has stepped yet: the critic reproduces its collection-time output, so no sample is clipped
     assert ((predicted - anchor).abs() <= clip).all()
     torch.testing.assert_close(predicted, anchor, rtol=1e-5, atol=1e-5)
@@ -269,7 +269,7 @@ def test_value_clip_anchor_is_the_critics_output_at_collection(monkeypatch, algo
 def test_first_mini_batch_of_every_update_has_ratio_one_with_running_scalers(monkeypatch, algo):
     env = spread(num_envs=8)
     epochs, mini_batches = 2, 2
-    surrogates = Recorder(monkeypatch, "clipped_surrogate_loss")
+    surrogates = Recorder(monkeypatch, "ppo_loss")
     agent = make_agent(
         env,
         algo,
@@ -326,7 +326,7 @@ def test_mixed_precision_values_are_the_fp32_denormalisation_of_the_critics_outp
         rows = []
         with torch.no_grad(), torch.autocast(device_type="cpu", enabled=True):
             for t in range(b["observations"].shape[0]):
-                obs, st = agent._preprocess(group, b["observations"][t], b["states"][t])
+                obs, st = agent._model_rows(group, b["observations"][t], b["states"][t])  # stored normalised
                 raw, _ = group.value.act({"observations": obs, "states": st}, role="value")
                 rows.append(raw.float().view(b["values"][t].shape))
         recomputed[call] = torch.stack(rows)

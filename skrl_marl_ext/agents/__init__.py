@@ -1,22 +1,20 @@
-"""The agents: MAPPO and IPPO (one on-policy core) and MADDPG."""
+"""The agents: MAPPO and IPPO (one on-policy core) and MADDPG, on one grouped base.
 
-from skrl_marl_ext.agents.ippo import IPPO, IPPO_CFG
-from skrl_marl_ext.agents.maddpg import MADDPG
-from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
-from skrl_marl_ext.agents.mappo import MAPPO, MAPPO_CFG
-from skrl_marl_ext.agents.on_policy import OnPolicyAgent
-from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
-from skrl_marl_ext.keys import AGENT_MASK_KEY, MEAN_ACTIONS_KEY
+Map: :mod:`~skrl_marl_ext.agents.base` (the lifecycle every agent shares), :mod:`~skrl_marl_ext.agents.groups`
+(agents run as one batch), :mod:`~skrl_marl_ext.agents.on_policy` (MAPPO/IPPO: acting, recording, the PPO update),
+:mod:`~skrl_marl_ext.agents.rollout` (the on-policy storage), :mod:`~skrl_marl_ext.agents.maddpg` (MADDPG),
+:mod:`~skrl_marl_ext.agents.replay` (its joint replay), ``*_cfg`` (the configs), :mod:`~skrl_marl_ext.agents.config`
+(config building), :mod:`~skrl_marl_ext.agents.validation` (construction checks) and
+:mod:`~skrl_marl_ext.agents.checkpoint` (safe, strict loading). The math is in :mod:`skrl_marl_ext.functional`.
+"""
 
-__all__ = [
-    "AGENT_MASK_KEY",
-    "IPPO",
-    "IPPO_CFG",
-    "MADDPG",
-    "MADDPG_CFG",
-    "MAPPO",
-    "MAPPO_CFG",
-    "MEAN_ACTIONS_KEY",
-    "OnPolicyAgent",
-    "OnPolicyCfg",
-]
+from skrl_marl_ext.agents.ippo import IPPO as IPPO
+from skrl_marl_ext.agents.ippo import IPPO_CFG as IPPO_CFG
+from skrl_marl_ext.agents.maddpg import MADDPG as MADDPG
+from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG as MADDPG_CFG
+from skrl_marl_ext.agents.mappo import MAPPO as MAPPO
+from skrl_marl_ext.agents.mappo import MAPPO_CFG as MAPPO_CFG
+from skrl_marl_ext.agents.on_policy import OnPolicyAgent as OnPolicyAgent
+from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg as OnPolicyCfg
+from skrl_marl_ext.keys import AGENT_MASK_KEY as AGENT_MASK_KEY
+from skrl_marl_ext.keys import MEAN_ACTIONS_KEY as MEAN_ACTIONS_KEY

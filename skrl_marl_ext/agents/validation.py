@@ -144,69 +144,73 @@ def _shapes(inputs: dict[str, Any]) -> str:
     return ", ".join(f"{k} {tuple(v.shape)}" for k, v in inputs.items() if torch.is_tensor(v))
 
 
+def call_model(owner: str, what: str, model: Model, inputs: dict[str, Any], *, role: str, hint: str) -> tuple:
+    """``model.act(inputs, role=role)``; a failure of the user's model becomes a ValueError saying on what inputs.
+
+    :param what: How the message names the model, e.g. ``"the policy of agents ['agent_0']"``.
+    :param hint: The fix, appended to the message.
+    """
+    try:
+        return model.act(inputs, role=role)
+    except Exception as e:
+        raise ValueError(
+            f"{owner}: {what} failed on inputs ({_shapes(inputs)}): {type(e).__name__}: {e}. {hint}"
+        ) from e
+
+
+def expect_shape(owner: str, what: str, got: torch.Tensor, expected: tuple[int, ...], *, hint: str) -> None:
+    """Raise a ValueError naming the model, the shape it returned and the expected one, unless they agree."""
+    if tuple(got.shape) != tuple(expected):
+        raise ValueError(f"{owner}: {what} returns shape {tuple(got.shape)}, expected {tuple(expected)}; {hint}")
+
+
 def dry_run(
     *,
     owner: str,
-    uids: list[str],
-    policy: Model,
-    value: Model | None,
+    group: Any,
     policy_inputs: dict[str, Any],
-    value_inputs: dict[str, Any] | None,
-    action_space: gymnasium.Space,
+    value_inputs: dict[str, Any] | None = None,
     device: torch.device,
-    value_width: int = 1,
-    value_role: str = "value",
 ) -> None:
-    """Run the models once on zeros of the shapes the agent will feed them, and check what comes back.
+    """Run a group's policy (and value model, when ``value_inputs`` are given) once on zeros of the shapes the agent
+    will feed them, and check what comes back. The RNG state is restored afterwards (a seeded run is unchanged).
 
-    The RNG state is restored afterwards, so the check does not change a seeded run.
+    :param group: An :class:`~skrl_marl_ext.agents.groups.AgentGroup` (its agents, models and action space).
 
     :raises ValueError: Naming the agents, the model, the input shapes and the expected output shape.
     """
     rows = next(v for v in policy_inputs.values() if torch.is_tensor(v)).shape[0]
-    action_size = compute_space_size(action_space, occupied_size=True)
+    action_size = compute_space_size(group.action_space, occupied_size=True)
+    what = f"the policy of agents {group.uids}"
     devices = [device] if torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.no_grad():
-        try:
-            actions, outputs = policy.act(policy_inputs, role="policy")
-        except Exception as e:  # the user's model failed: say on what
-            raise ValueError(
-                f"{owner}: the policy of agents {uids} failed on inputs of the env's spaces ({_shapes(policy_inputs)}):"
-                f" {type(e).__name__}: {e}. Size the model from observation_spaces/state_spaces"
-                " (and skrl_marl_ext.models.agent_id_space when cfg.agent_id_input is on)"
-            ) from e
-        if tuple(actions.shape) != (rows, action_size):
-            raise ValueError(
-                f"{owner}: the policy of agents {uids} returns actions of shape {tuple(actions.shape)} for inputs "
-                f"({_shapes(policy_inputs)}), but the action space {action_space} needs ({rows}, {action_size}); "
-                "size the policy's output from action_spaces"
+        size_hint = (
+            "Size the model from observation_spaces/state_spaces (and skrl_marl_ext.models.agent_id_space when "
+            "cfg.agent_id_input is on)"
+        )
+        actions, outputs = call_model(owner, what, group.models["policy"], policy_inputs, role="policy", hint=size_hint)
+        expect_shape(
+            owner,
+            what,
+            actions,
+            (rows, action_size),
+            hint=f"the action space {group.action_space} needs that: size the policy's output from action_spaces",
+        )
+        if "log_prob" in outputs:
+            expect_shape(
+                owner, f"{what} (log_prob)", outputs["log_prob"], (rows, 1), hint="keep the mixin's reduction='sum'"
             )
-        if "log_prob" in outputs and tuple(outputs["log_prob"].shape) != (rows, 1):
-            raise ValueError(
-                f"{owner}: the policy of agents {uids} returns log_prob of shape {tuple(outputs['log_prob'].shape)}, "
-                f"expected ({rows}, 1); keep the mixin's default reduction='sum'"
-            )
+        if value_inputs is None:
+            return
         # twice: a skrl shared model (single forward pass) answers a value call that follows a policy call from the
         # policy call's cached output (and clears it), which would hide a value model fed the wrong inputs; the
         # second call computes from the value inputs themselves
-        for _ in range(2):
-            _check_value(owner, uids, value, value_inputs, rows=rows, width=value_width, role=value_role)
-
-
-def _check_value(owner: str, uids: list[str], value: Model | None, inputs, *, rows: int, width: int, role: str) -> None:
-    if value is None:
-        return
-    try:
-        values, _ = value.act(inputs, role=role)
-    except Exception as e:
-        raise ValueError(
-            f"{owner}: the {role} model of agents {uids} failed on its inputs ({_shapes(inputs)}): "
-            f"{type(e).__name__}: {e}. Size the model from the spaces it reads (a value model sized from the state "
-            "space reads inputs['states'], the env's state; one that reads inputs['observations'] is sized from the "
-            "observation space)"
-        ) from e
-    if tuple(values.shape) != (rows, width):
-        raise ValueError(
-            f"{owner}: the {role} model of agents {uids} returns shape {tuple(values.shape)} for inputs "
-            f"({_shapes(inputs)}); expected ({rows}, {width})"
+        what = f"the value model of agents {group.uids}"
+        value_hint = (
+            "Size the model from the spaces it reads (a value model sized from the state space reads "
+            "inputs['states'], the env's state; one that reads inputs['observations'] is sized from the observation "
+            "space)"
         )
+        for _ in range(2):
+            values, _ = call_model(owner, what, group.models["value"], value_inputs, role="value", hint=value_hint)
+            expect_shape(owner, what, values, (rows, 1), hint=value_hint)

@@ -15,8 +15,10 @@ import numpy as np
 import torch
 from skrl.envs.wrappers.torch.isaaclab_envs import IsaacLabMultiAgentWrapper
 
+from skrl_marl_ext.envs.base import BuiltinEnv
 
-class NullEnv:
+
+class NullEnv(BuiltinEnv):
     def __init__(
         self,
         num_envs: int = 64,
@@ -40,14 +42,9 @@ class NullEnv:
         """
         if action_size > obs_size:
             raise ValueError(f"NullEnv: action_size ({action_size}) must not exceed obs_size ({obs_size})")
-        self.num_envs = num_envs
-        self.num_agents = num_agents
+        super().__init__(num_envs=num_envs, num_agents=num_agents, episode_length=episode_length, device=device)
         self.obs_size = obs_size
         self.action_size = action_size
-        self.episode_length = episode_length
-        self.device = torch.device(device)
-        self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
-        self.agents = list(self.possible_agents)
         obs_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_size,), dtype=np.float32)
         act_space = gymnasium.spaces.Box(-1.0, 1.0, (action_size,), dtype=np.float32)
         self.observation_spaces = {uid: obs_space for uid in self.possible_agents}
@@ -58,10 +55,6 @@ class NullEnv:
             self._generator.manual_seed(seed)
         self.x = torch.zeros(num_envs, num_agents, obs_size, device=self.device)
         self.steps = 0
-
-    @property
-    def unwrapped(self) -> NullEnv:
-        return self
 
     def _observations(self) -> dict[str, torch.Tensor]:
         return {uid: self.x[:, i] for i, uid in enumerate(self.possible_agents)}
@@ -98,12 +91,6 @@ class NullEnv:
     def state(self) -> torch.Tensor:
         """Global state: every agent's observation, shape ``(num_envs, num_agents * obs_size)``."""
         return self.x.reshape(self.num_envs, -1)
-
-    def render(self, *args, **kwargs) -> None:
-        return None
-
-    def close(self) -> None:
-        pass
 
 
 def make_null_env(**kwargs) -> IsaacLabMultiAgentWrapper:

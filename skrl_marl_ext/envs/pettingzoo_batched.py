@@ -34,9 +34,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
 
+from skrl_marl_ext.envs.base import BatchedWrapper
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 
 
@@ -50,7 +50,7 @@ def _split_action_mask(space: gymnasium.Space) -> tuple[gymnasium.Space, bool]:
     return space, False
 
 
-class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
+class BatchedParallelEnvWrapper(BatchedWrapper):
     def __init__(
         self,
         env_fn: Callable[[], Any],
@@ -99,28 +99,8 @@ class BatchedParallelEnvWrapper(MultiAgentEnvWrapper):
     # ----------------------------------------------------------------- spaces
 
     @property
-    def possible_agents(self) -> list[str]:
-        return self._possible_agents
-
-    @property
-    def agents(self) -> list[str]:
-        return self._possible_agents
-
-    @property
     def num_envs(self) -> int:
         return self._num_envs
-
-    @property
-    def observation_spaces(self) -> dict[str, gymnasium.Space]:
-        return self._observation_spaces
-
-    @property
-    def action_spaces(self) -> dict[str, gymnasium.Space]:
-        return self._action_spaces
-
-    @property
-    def state_spaces(self) -> dict[str, gymnasium.Space | None]:
-        return {uid: self._state_space for uid in self._possible_agents}
 
     # ----------------------------------------------------------------- helpers
 

@@ -25,13 +25,14 @@ import numpy as np
 import torch
 from skrl.envs.wrappers.torch.isaaclab_envs import IsaacLabMultiAgentWrapper
 
+from skrl_marl_ext.envs.base import BuiltinEnv
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 
 # discrete actions: stay, +x, -x, +y, -y
 _MOVES = ((0.0, 0.0), (1.0, 0.0), (-1.0, 0.0), (0.0, 1.0), (0.0, -1.0))
 
 
-class SpreadEnv:
+class SpreadEnv(BuiltinEnv):
     def __init__(
         self,
         num_envs: int = 64,
@@ -64,17 +65,12 @@ class SpreadEnv:
         """
         if action_masks and continuous:
             raise ValueError("SpreadEnv: action_masks needs discrete actions (continuous=False)")
-        self.num_envs = num_envs
-        self.num_agents = num_agents
+        super().__init__(num_envs=num_envs, num_agents=num_agents, episode_length=episode_length, device=device)
         self.continuous = continuous
-        self.episode_length = episode_length
         self.step_size = step_size
         self.goal_radius = goal_radius
         self.agent_masks = agent_masks
         self.action_masks = action_masks
-        self.device = torch.device(device)
-        self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
-        self.agents = list(self.possible_agents)
 
         obs_size = 4 + 2 * (num_agents - 1)
         obs_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_size,), dtype=np.float32)
@@ -93,10 +89,6 @@ class SpreadEnv:
         self.goals = torch.zeros(num_envs, num_agents, 2, device=self.device)
         self.active = torch.ones(num_envs, num_agents, dtype=torch.bool, device=self.device)
         self.steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
-
-    @property
-    def unwrapped(self) -> SpreadEnv:
-        return self
 
     def _uniform(self, shape) -> torch.Tensor:
         return torch.rand(shape, generator=self._generator, device=self.device) * 2.0 - 1.0
@@ -185,12 +177,6 @@ class SpreadEnv:
     def state(self) -> torch.Tensor:
         """Global state: every agent's position and goal, shape ``(num_envs, 4 * num_agents)``."""
         return torch.cat([self.positions, self.goals], dim=-1).reshape(self.num_envs, -1)
-
-    def render(self, *args, **kwargs) -> None:
-        return None
-
-    def close(self) -> None:
-        pass
 
 
 def make_spread_env(**kwargs) -> IsaacLabMultiAgentWrapper:

@@ -22,9 +22,9 @@ from typing import Any
 import gymnasium
 import numpy as np
 import torch
-from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
 
+from skrl_marl_ext.envs.base import BatchedWrapper
 from skrl_marl_ext.keys import FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 
 
@@ -53,7 +53,7 @@ def to_gymnasium_space(space: Any) -> gymnasium.Space:
     raise TypeError(f"to_gymnasium_space: cannot convert space of type {type(space).__module__}.{name}")
 
 
-class VmasWrapper(MultiAgentEnvWrapper):
+class VmasWrapper(BatchedWrapper):
     def __init__(self, env: Any) -> None:
         """A VMAS ``Environment`` as a skrl multi-agent env (see the module docstring).
 
@@ -91,28 +91,8 @@ class VmasWrapper(MultiAgentEnvWrapper):
         return self._env
 
     @property
-    def possible_agents(self) -> list[str]:
-        return self._possible_agents
-
-    @property
-    def agents(self) -> list[str]:
-        return self._possible_agents
-
-    @property
     def num_envs(self) -> int:
         return self._env.num_envs
-
-    @property
-    def observation_spaces(self) -> dict[str, gymnasium.Space]:
-        return self._observation_spaces
-
-    @property
-    def action_spaces(self) -> dict[str, gymnasium.Space]:
-        return self._action_spaces
-
-    @property
-    def state_spaces(self) -> dict[str, gymnasium.Space]:
-        return {uid: self._state_space for uid in self._possible_agents}
 
     # ----------------------------------------------------------------- interaction
 

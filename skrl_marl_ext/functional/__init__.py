@@ -1,7 +1,13 @@
 """Pure tensor math of the algorithms: keyword-only functions with the shapes in their docstrings."""
 
 from skrl_marl_ext.functional.gae import compute_gae, compute_gae_reference
-from skrl_marl_ext.functional.gumbel import gumbel_softmax_st, one_hot_actions, sample_gumbel
+from skrl_marl_ext.functional.gumbel import (
+    fill_masked,
+    gumbel_max_actions,
+    gumbel_softmax_st,
+    one_hot_actions,
+    sample_gumbel,
+)
 from skrl_marl_ext.functional.polyak import polyak_update_, polyak_update_reference_
 from skrl_marl_ext.functional.ppo import (
     approx_kl,
@@ -11,6 +17,7 @@ from skrl_marl_ext.functional.ppo import (
     masked_mean,
     masked_mean_var,
     normalize_advantages,
+    ppo_loss,
     squared_or_huber_error,
     value_loss,
 )
@@ -23,6 +30,8 @@ __all__ = [
     "compute_gae",
     "compute_gae_reference",
     "explained_variance",
+    "fill_masked",
+    "gumbel_max_actions",
     "gumbel_softmax_st",
     "masked_mean",
     "masked_mean_var",
@@ -30,6 +39,7 @@ __all__ = [
     "one_hot_actions",
     "polyak_update_",
     "polyak_update_reference_",
+    "ppo_loss",
     "sample_gumbel",
     "squared_or_huber_error",
     "td_target",

@@ -63,14 +63,14 @@ def compute_gae(
 
 def compute_gae_reference(
     *,
-    rewards: torch.Tensor,
-    values: torch.Tensor,
-    next_values: torch.Tensor,
-    terminated: torch.Tensor,
-    truncated: torch.Tensor,
-    discount_factor: float,
-    lambda_coefficient: float,
-    time_limit_bootstrap: bool = False,
+    rewards,
+    values,
+    next_values,
+    terminated,
+    truncated,
+    discount_factor,
+    lambda_coefficient,
+    time_limit_bootstrap=False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain reference for :func:`compute_gae`: one Python loop per element, in float64, no tricks.
 

@@ -68,34 +68,26 @@ def one_hot_actions(actions: torch.Tensor, num_actions: int) -> torch.Tensor:
 
 
 def gumbel_softmax_st(
-    *,
-    logits: torch.Tensor,
-    temperature: float = 1.0,
-    gumbel_noise: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
+    *, logits: torch.Tensor, temperature: float = 1.0, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Straight-through Gumbel-softmax sample, optionally restricted to the allowed actions.
 
-    ``y_soft = softmax(fill_masked((logits + g) / temperature, mask))`` with ``g ~ Gumbel(0, 1)``; the result is
+    torch's ``gumbel_softmax(fill_masked(logits, mask), tau=temperature, hard=True)``: ``y_soft = softmax((logits + g)
+    / temperature)`` with ``g ~ Gumbel(0, 1)`` (drawn as :func:`sample_gumbel` draws it), and the result
     ``one_hot(argmax y_soft) - y_soft.detach() + y_soft``: exactly one-hot in value, with the gradient of ``y_soft``.
-    Without a mask it is torch's ``gumbel_softmax(logits, tau=temperature, hard=True)``.
 
-    With a mask, the masked entries of both the relaxed and the hard sample are exactly 0 and their gradient is 0;
-    the result and its gradient stay finite even when ``logits`` already hold the lowest finite value (or ``-inf``)
-    there, as the masked logits of :class:`~skrl_marl_ext.models.MaskedCategoricalMixin` do. A row with no allowed
-    action gives a uniform ``y_soft`` (and the hard action 0).
+    With a mask, the masked logits hold the lowest finite value, so the masked entries of both the relaxed and the
+    hard sample are exactly 0 and their gradient is 0 (finite). A row that allows no action is taken as allowing all
+    (it stays finite).
 
     :param logits: Unnormalised log-probabilities, shape ``(batch, num_actions)``.
     :param temperature: Softmax temperature ``> 0``; lower is closer to the argmax and has higher-variance gradients.
-    :param gumbel_noise: Gumbel noise of the shape of ``logits``; drawn with :func:`sample_gumbel` when None.
     :param mask: Boolean mask of allowed actions, shape ``(batch, num_actions)``, or None (nothing masked).
     :return: Shape ``(batch, num_actions)``, one-hot rows, differentiable with respect to ``logits``.
     """
     if temperature <= 0:
         raise ValueError(f"gumbel_softmax_st: temperature must be > 0, got {temperature}")
-    if gumbel_noise is None:
-        gumbel_noise = sample_gumbel(logits)
-    y_soft = torch.softmax(fill_masked((logits + gumbel_noise) / temperature, mask), dim=-1)
-    index = y_soft.argmax(dim=-1, keepdim=True)
-    y_hard = torch.zeros_like(y_soft).scatter_(-1, index, 1.0)
-    return y_hard - y_soft.detach() + y_soft
+    if mask is not None:
+        mask = mask.bool()
+        mask = mask | ~mask.any(dim=-1, keepdim=True)
+    return torch.nn.functional.gumbel_softmax(fill_masked(logits, mask), tau=temperature, hard=True)

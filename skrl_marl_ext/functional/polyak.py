@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 
 @torch.no_grad()
@@ -24,7 +25,8 @@ def polyak_update_(*, target: Iterable[torch.Tensor], online: Iterable[torch.Ten
     if len(target) != len(online):
         raise ValueError(f"polyak_update_: {len(target)} target tensors but {len(online)} online tensors")
     if target:
-        torch._foreach_lerp_(target, online, float(polyak))  # target + polyak * (online - target)
+        # torch's EMA of a parameter list (one multi-tensor lerp): decay is the weight the target keeps
+        get_ema_multi_avg_fn(decay=1.0 - float(polyak))(target, online, None)
 
 
 @torch.no_grad()

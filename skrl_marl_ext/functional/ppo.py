@@ -102,10 +102,8 @@ def squared_or_huber_error(error: torch.Tensor, huber_delta: float = 0.0) -> tor
     :return: The loss term, same shape.
     """
     if huber_delta > 0:
-        abs_error = error.abs()
-        quadratic = torch.clamp(abs_error, max=huber_delta)
-        linear = abs_error - quadratic
-        return quadratic * quadratic + 2.0 * huber_delta * linear
+        # torch's Huber loss is 0.5 e^2 inside: twice it is the squared error there
+        return 2.0 * torch.nn.functional.huber_loss(error, torch.zeros_like(error), reduction="none", delta=huber_delta)
     return error * error
 
 
@@ -177,3 +175,70 @@ def explained_variance(
     _, var_residual = masked_mean_var(returns - values, mask, dim=dim)
     ratio = var_residual / var_returns.clamp(min=1e-12)
     return torch.where(var_returns > 1e-12, 1.0 - ratio, torch.zeros_like(ratio))
+
+
+def ppo_loss(
+    *,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    entropy: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    ratio_clip: float,
+    value_clip: float = 0.0,
+    huber_delta: float = 0.0,
+    value_loss_scale: float = 1.0,
+    entropy_loss_scale: float = 0.0,
+) -> dict[str, torch.Tensor]:
+    """The clipped PPO loss as a dict of its terms (the shape of TorchRL's ``ClipPPOLoss``), over a group's batch.
+
+    Every input is ``(G, B, 1)``: ``G`` agents, ``B`` samples each. The update sums the three ``loss_*`` scalars;
+    the per-agent ``(G,)`` diagnostics are detached.
+
+    :param log_prob: Log-probability of the taken actions under the current policy.
+    :param old_log_prob: Log-probability when the actions were taken.
+    :param advantages: Advantages (standardised).
+    :param values: Values predicted by the current critic (normalised space under a value normaliser).
+    :param old_values: The critic's output when the rollout was collected (the value-clip anchor).
+    :param returns: Value targets (normalised like ``values``).
+    :param entropy: Entropy of the current policy at each sample, or None when its scale is 0.
+    :param mask: Boolean ``(G, B, 1)`` of the samples that count, or None for all.
+    :param ratio_clip: PPO's ``eps``.
+    :param value_clip: Value clipping range in the MAPPO paper's max form; ``<= 0`` disables it.
+    :param huber_delta: Huber threshold of the value loss; ``<= 0`` gives the squared error.
+    :param value_loss_scale: Coefficient of the value loss.
+    :param entropy_loss_scale: Coefficient of the entropy bonus.
+
+    :return: ``loss_objective``, ``loss_critic`` (scaled), ``loss_entropy`` (scaled, 0 without ``entropy``), and per
+        agent ``objective``, ``critic``, ``entropy`` (the scaled terms), ``kl`` (the ``(r - 1) - log r`` estimator)
+        and ``clip_fraction``.
+    """
+    surrogate = clipped_surrogate_loss(
+        log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, ratio_clip=ratio_clip
+    )
+    critic = value_loss(
+        predicted_values=values, old_values=old_values, returns=returns, value_clip=value_clip, huber_delta=huber_delta
+    )
+    terms = {
+        "loss_objective": masked_mean(surrogate, mask),
+        "loss_critic": value_loss_scale * masked_mean(critic, mask),
+        "loss_entropy": -entropy_loss_scale * masked_mean(entropy, mask)
+        if entropy is not None
+        else log_prob.new_zeros(()),
+    }
+    with torch.no_grad():
+        G = log_prob.shape[0]
+        terms["objective"] = masked_mean(surrogate, mask, dim=(1, 2))
+        terms["critic"] = value_loss_scale * masked_mean(critic, mask, dim=(1, 2))
+        terms["entropy"] = (
+            -entropy_loss_scale * masked_mean(entropy, mask, dim=(1, 2))
+            if entropy is not None
+            else log_prob.new_zeros(G)
+        )
+        terms["kl"] = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=old_log_prob), mask, dim=(1, 2))
+        fraction = clip_fraction(log_prob=log_prob, old_log_prob=old_log_prob, ratio_clip=ratio_clip)
+        terms["clip_fraction"] = masked_mean(fraction, mask, dim=(1, 2))
+    return terms

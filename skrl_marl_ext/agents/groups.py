@@ -1,55 +1,89 @@
-"""Machinery shared by every agent of the package (on-policy MAPPO/IPPO and off-policy MADDPG).
+"""Agent groups: the unit every agent of the package runs as one batch.
 
-Grouping of agents by shared model objects, preprocessor construction, the grad scaler, the initial parameter
-broadcast of a distributed run and the stacking of per-agent tensors into one ``(G, num_envs, size)`` batch.
+A group is ``G`` agents whose inputs are stacked agent-major into ``(G * n, size)`` rows, so that each model role is
+called once for all of them, one loss is taken over all of them and each optimiser steps once. Today a group is
+agents that hold the *same* model objects (parameter sharing); an agent with models of its own is a group of one.
+Every model call goes through :meth:`AgentGroup.act`, the one place a group of agents with models of their own, run
+as one batched (``torch.func``) call, plugs in.
+
+This module also holds the grouping rule (:func:`group_agents`) and the stacking of per-agent tensors.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
 import torch
-from packaging import version
+from skrl.models.torch import Model
 
-from skrl_marl_ext import distributed
 from skrl_marl_ext.agents.config import MarlCfg
+from skrl_marl_ext.preprocessors import identity
 
 
-def identity(x, *args, **kwargs):
-    """The preprocessor used when none is configured."""
-    return x
+@dataclasses.dataclass(eq=False)
+class AgentGroup:
+    """Agents that share their models and run as one batch (see the module docstring)."""
 
+    index: int
+    """Position in the agent's ``groups`` list."""
+    uids: list[str]
+    """Agent names, in ``possible_agents`` order (the order of the stacked dimension)."""
+    models: dict[str, Model]
+    """The group's model of each role."""
+    observation_space: gymnasium.Space
+    state_space: gymnasium.Space | None
+    action_space: gymnasium.Space
+    cfg: dict[str, Any]
+    """The group's value of every config field."""
+    observation_preprocessor: Callable = identity
+    state_preprocessor: Callable = identity
+    mask_in_observations: bool = False
+    """Whether the action mask is the ``"action_mask"`` entry of a Dict observation space."""
+    masks_seen: bool = False
+    """Whether ``infos["action_mask"]`` has carried a mask for an agent of the group (its policy was checked)."""
 
-def make_grad_scaler(device_type: str, enabled: bool):
-    """``torch.amp.GradScaler`` on torch >= 2.4, ``torch.cuda.amp.GradScaler`` before (disabled unless ``enabled``)."""
-    if version.parse(torch.__version__) >= version.parse("2.4"):
-        return torch.amp.GradScaler(device=device_type, enabled=enabled)
-    return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - old torch
+    @property
+    def size(self) -> int:
+        return len(self.uids)
 
+    @property
+    def id_size(self) -> int:
+        """Number of one-hot agent-id entries appended to the model inputs (0 when off or for a group of one)."""
+        return self.size if self.cfg.get("agent_id_input") and self.size > 1 else 0
 
-def make_preprocessor(cls: type | None, kwargs: dict | None, *, size: Any, device: Any) -> Callable:
-    """Instantiate a skrl-style preprocessor, filling ``size`` and ``device`` when the class takes them.
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.action_space, gymnasium.spaces.Discrete)
 
-    :param cls: Preprocessor class, or None/False for the identity.
-    :param kwargs: The user's keyword arguments (``size``/``device`` given there win).
-    :param size: Space or int passed as ``size`` unless the user gave one.
-    :param device: Device passed as ``device`` unless the user gave one.
-    """
-    if not cls:
-        return identity
-    kwargs = dict(kwargs or {})
-    try:
-        parameters = inspect.signature(cls).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        parameters = {}
-    if "size" in parameters and "size" not in kwargs:
-        kwargs["size"] = size
-    if "device" in parameters and "device" not in kwargs:
-        kwargs["device"] = device
-    return cls(**kwargs)
+    @property
+    def num_actions(self) -> int:
+        """``n`` of a ``Discrete(n)`` action space."""
+        return int(self.action_space.n)
+
+    def act(self, role: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Call the model of ``role`` on the group's stacked rows ``(G * n, ...)`` (skrl's ``Model.act``)."""
+        return self.models[role].act(inputs, role=role)
+
+    def parameters(self, *roles: str) -> list[torch.nn.Parameter]:
+        """The parameters of the models of ``roles`` (all roles when none), each once."""
+        seen, parameters = set(), []
+        for role in roles or tuple(self.models):
+            for parameter in self.models[role].parameters():
+                if id(parameter) not in seen:
+                    seen.add(id(parameter))
+                    parameters.append(parameter)
+        return parameters
+
+    def unique_models(self, *roles: str) -> list[Model]:
+        """The model objects of ``roles`` (all roles when none), each once (a model may serve two roles)."""
+        return list({id(m): m for m in (self.models[r] for r in roles or tuple(self.models))}.values())
+
+    def stack(self, tensors: dict[str, torch.Tensor] | None, out: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The group's agents' tensors stacked ``(G, n, size)`` (see :func:`stack_agents`)."""
+        return stack_agents(tensors, self.uids, out)
 
 
 def group_agents(
@@ -101,14 +135,6 @@ def group_agents(
                         f"cfg.{field} differs between them; give them the same value"
                     )
     return list(members.values())
-
-
-def broadcast_modules(modules: Sequence[torch.nn.Module]) -> None:
-    """Make every rank start from rank 0's parameters (no-op without a process group); each module once."""
-    if not distributed.is_distributed():
-        return
-    for module in {id(m): m for m in modules}.values():
-        distributed.broadcast_state(module)
 
 
 def stack_agents(

@@ -1,0 +1,437 @@
+"""The grouped multi-agent base under MAPPO, IPPO and MADDPG: skrl's ``MultiAgent`` lifecycle shared by all three.
+
+:class:`GroupedMultiAgent` holds what does not depend on the algorithm:
+
+- construction: the config (built from a dict or dataclass, validated), the constructor's arguments checked with the
+  fix named, the agents grouped by shared models (:mod:`skrl_marl_ext.agents.groups`), the grad scaler;
+- rank gating: only rank 0 of a distributed run writes TensorBoard data and checkpoints;
+- infos: agent masks, action masks (with the refusal of a policy that would ignore them), final observations;
+- outputs: a group's stacked actions and outputs split per agent, deterministic actions for evaluation;
+- checkpoints: registration of each group's modules per agent, strict and safe loading;
+- the optimiser step: scaled backward, gradient all-reduce over ranks, unscale and clip, scaler step.
+
+The algorithms (:mod:`~skrl_marl_ext.agents.on_policy`, :mod:`~skrl_marl_ext.agents.maddpg`) add what differs:
+their group set-up, acting, storage (:mod:`~skrl_marl_ext.agents.rollout`, :mod:`~skrl_marl_ext.agents.replay`)
+and losses (:mod:`skrl_marl_ext.functional`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium
+import torch
+from packaging import version
+from skrl.memories.torch import Memory
+from skrl.models.torch import Model
+from skrl.multi_agents.torch import MultiAgent
+from skrl.utils.spaces.torch import unflatten_tensorized_space
+
+from skrl_marl_ext import distributed
+from skrl_marl_ext.agents.checkpoint import load_checkpoint
+from skrl_marl_ext.agents.config import build_cfg
+from skrl_marl_ext.agents.groups import AgentGroup, group_agents
+from skrl_marl_ext.agents.validation import check_agent_inputs
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
+from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
+from skrl_marl_ext.preprocessors import identity
+
+SHARED_GROUP_FIELDS = (
+    "discount_factor",
+    "learning_rate_scheduler",
+    "learning_rate_scheduler_kwargs",
+    "observation_preprocessor",
+    "observation_preprocessor_kwargs",
+    "state_preprocessor",
+    "state_preprocessor_kwargs",
+    "grad_norm_clip",
+    "time_limit_bootstrap",
+)
+"""Per-agent config fields of every agent that must agree within a group (one loss, one optimiser step); each agent
+adds its own (:attr:`GroupedMultiAgent.group_fields`)."""
+
+
+def make_grad_scaler(device_type: str, enabled: bool):
+    """``torch.amp.GradScaler`` on torch >= 2.4, ``torch.cuda.amp.GradScaler`` before (disabled unless ``enabled``)."""
+    if version.parse(torch.__version__) >= version.parse("2.4"):
+        return torch.amp.GradScaler(device=device_type, enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - old torch
+
+
+def allowed_somewhere(mask: torch.Tensor) -> torch.Tensor:
+    """The boolean ``mask`` ``(rows, n)`` with rows that allow no action made all True (e.g. an absent agent's zero
+    observation): every row then has an allowed action to sample, take the argmax of, or relax."""
+    mask = mask.bool()
+    return mask | ~mask.any(dim=-1, keepdim=True)
+
+
+class GroupedMultiAgent(MultiAgent):
+    """Base of the package's agents (see the module docstring)."""
+
+    cfg_class: type
+    """The agent's config dataclass."""
+    roles: tuple[str, ...]
+    """The model roles every agent's models dict must hold."""
+    group_fields: tuple[str, ...] = ()
+    """Per-agent config fields that must agree within a group (they shape one loss and one optimiser step)."""
+    group_class: type = AgentGroup
+    requires_states: bool = False
+    """Whether the agent refuses to be built without ``state_spaces``."""
+
+    def __init__(
+        self,
+        *,
+        possible_agents: list[str],
+        models: dict[str, dict[str, Model]],
+        memories: dict[str, Memory] | None = None,
+        observation_spaces: dict[str, gymnasium.Space] | None = None,
+        state_spaces: dict[str, gymnasium.Space] | None = None,
+        action_spaces: dict[str, gymnasium.Space] | None = None,
+        device: str | torch.device | None = None,
+        cfg: Any = None,
+    ) -> None:
+        """Build the config, check the arguments, call skrl's constructor, form the groups, then :meth:`_set_up`.
+
+        Parameters are skrl's ``MultiAgent``'s (keyword-only); ``cfg`` is a dict or a config dataclass (see each
+        agent's class docstring).
+        """
+        name = type(self).__name__
+        cfg = build_cfg(self.cfg_class, cfg, owner=name)
+        cfg.validate(owner=name)
+        check_agent_inputs(
+            owner=name,
+            possible_agents=possible_agents,
+            models=models,
+            roles=self.roles,
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces,
+            action_spaces=action_spaces,
+            need_states=self.requires_states,
+        )
+        self._check_action_spaces(action_spaces, possible_agents)
+        super().__init__(
+            possible_agents=list(possible_agents),
+            models=models,
+            memories=memories,
+            observation_spaces=observation_spaces,
+            state_spaces=self._state_spaces(state_spaces, possible_agents),
+            action_spaces=action_spaces,
+            device=device,
+            cfg=cfg,
+        )
+        self._device_type = torch.device(self.device).type
+        self.groups = self._build_groups()
+        self.group_of = {uid: group for group in self.groups for uid in group.uids}
+        # one grad scaler for every optimiser of the agent
+        self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
+        self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
+        self._infos_action_masks: dict[str, torch.Tensor] | None = None
+        """``infos["action_mask"]`` of the last recorded step: the masks of the observations the next ``act`` sees."""
+        self._set_up()
+
+    def _set_up(self) -> None:
+        """Hook: the algorithm's own construction (its groups' optimisers, preprocessors, storage)."""
+
+    # ------------------------------------------------------------------ construction
+
+    def _check_action_spaces(self, action_spaces: dict, possible_agents: list[str]) -> None:
+        """Hook: refuse action spaces the algorithm cannot handle (the base takes Box, Discrete, MultiDiscrete)."""
+
+    def _state_spaces(self, state_spaces: dict | None, possible_agents: list[str]) -> dict:
+        """The state spaces handed to skrl's constructor (``{agent: None}`` when the env has none)."""
+        return state_spaces if state_spaces is not None else {uid: None for uid in possible_agents}
+
+    def _build_groups(self) -> list[AgentGroup]:
+        groups = []
+        for index, uids in enumerate(
+            group_agents(
+                owner=type(self).__name__,
+                possible_agents=self.possible_agents,
+                models=self.models,
+                roles=self.roles,
+                spaces={
+                    "observation": self.observation_spaces,
+                    "action": self.action_spaces,
+                    "state": self.state_spaces,
+                },
+                cfg=self.cfg,
+                group_fields=self.group_fields,
+            )
+        ):
+            first = uids[0]
+            groups.append(
+                self.group_class(
+                    index=index,
+                    uids=uids,
+                    models={role: self.models[first][role] for role in self.roles},
+                    observation_space=self.observation_spaces[first],
+                    state_space=self.state_spaces[first],
+                    action_space=self.action_spaces[first],
+                    cfg={f.name: self.cfg.value_for(f.name, first) for f in dataclasses.fields(self.cfg)},
+                )
+            )
+        return groups
+
+    def _note_mask_in_observations(self, group: AgentGroup) -> None:
+        """Mark a Discrete group whose Dict observation space carries the action mask (its policy must honour it)."""
+        group.mask_in_observations = (
+            group.discrete
+            and isinstance(group.observation_space, gymnasium.spaces.Dict)
+            and ACTION_MASK_KEY in group.observation_space.spaces
+        )
+        if group.mask_in_observations:
+            self._require_masked_policy(group, source='the "action_mask" entry of their Dict observation space')
+
+    def _require_masked_policy(self, group: AgentGroup, *, source: str) -> None:
+        """Refuse a policy that would ignore the action masks the env gives."""
+        policy = group.models["policy"]
+        if not isinstance(policy, MaskedCategoricalMixin):
+            raise ValueError(
+                f"{type(self).__name__}: agents {group.uids} receive action masks ({source}) but their policy "
+                f"({type(policy).__name__}) ignores them and would take masked (invalid) actions; build the "
+                "policy with skrl_marl_ext.models.MaskedCategoricalMixin instead of CategoricalMixin (e.g. "
+                "skrl_marl_ext.models.CategoricalMLP)"
+            )
+
+    def _register_checkpoint(self, group: AgentGroup, modules: dict[str, Any]) -> None:
+        """Save and load ``modules`` (name -> module with a state dict; None and the identity are left out) for every
+        agent of the group, with the grad scaler."""
+        for uid in group.uids:
+            for key, module in modules.items():
+                if module is not None and module is not identity:
+                    self.checkpoint_modules[uid][key] = module
+            self.checkpoint_modules[uid]["scaler"] = self.scaler
+
+    def _broadcast_models(self) -> None:
+        """Make every rank start from rank 0's parameters (no-op without a process group); each module once."""
+        if distributed.is_distributed():
+            for module in {id(m): m for group in self.groups for m in group.unique_models()}.values():
+                distributed.broadcast_state(module)
+
+    def init(self, *, trainer_cfg: Any = None) -> None:
+        """Initialise the agent (skrl's contract; called by the trainers).
+
+        Only rank 0 of a distributed run writes TensorBoard data and checkpoints.
+
+        :param trainer_cfg: Trainer configuration (a dataclass).
+        """
+        if distributed.rank() > 0:
+            self.write_interval = 0
+            self.checkpoint_interval = 0
+        super().init(trainer_cfg=trainer_cfg)
+        self.enable_models_training_mode(False)
+
+    def load(self, path: str) -> None:
+        """Load a checkpoint written by :meth:`save`, refusing one of other agents or model shapes, or one holding
+        anything but tensors and state dicts (see :mod:`skrl_marl_ext.agents.checkpoint`).
+
+        :param path: Path of the checkpoint file.
+        """
+        load_checkpoint(self, path)
+
+    def pre_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Nothing to do before the environment step."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def act(
+        self,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None] | None,
+        *,
+        timestep: int,
+        timesteps: int,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Actions of every agent, one forward pass per group (nothing is stored here: see ``record_transition``).
+
+        :param observations: ``{agent: (num_envs, obs_size)}``; agents absent from the dict get no action.
+        :param states: ``{agent: (num_envs, state_size) or None}`` (skrl's wrappers give one tensor to all agents).
+        :param timestep: Current timestep.
+        :param timesteps: Number of timesteps.
+
+        :return: ``(actions, outputs)``: ``actions[agent]`` of shape ``(num_envs, action_size)`` (``(num_envs, 1)``
+            indexes for Discrete spaces), ``outputs[agent]`` the policy's outputs for that agent. In evaluation mode
+            ``outputs["mean_actions"]`` also holds ``{agent: deterministic actions}`` (mean or greedy), where skrl's
+            trainers look for them (skrl 2.1.1's multi-agents never put them there, so their evaluation samples).
+        """
+        actions, outputs, deterministic = {}, {}, {}
+        with torch.no_grad():
+            for group in self.groups:
+                present = [observations[uid] for uid in group.uids if uid in observations]
+                if not present:
+                    continue
+                n = present[0].shape[0]
+                group_actions, group_outputs, greedy = self._act_group(group, observations, states, timestep=timestep)
+                self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
+                if greedy is group_actions:  # acting was deterministic already: the same tensors
+                    deterministic.update({uid: actions[uid] for uid in group.uids if uid in observations})
+                elif greedy is not None:
+                    self._split(group, observations, greedy, {}, n, deterministic, {})
+        if not self.training:
+            outputs[MEAN_ACTIONS_KEY] = deterministic
+        return actions, outputs
+
+    def _act_group(
+        self, group: AgentGroup, observations: dict, states: Any, *, timestep: int
+    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor | None]:
+        """Hook: one group's actions and policy outputs, agent-major ``(G * n, ...)``, and (in evaluation) its
+        deterministic actions."""
+        raise NotImplementedError
+
+    def record_transition(
+        self,
+        *,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None],
+        actions: dict[str, torch.Tensor],
+        rewards: dict[str, torch.Tensor],
+        next_observations: dict[str, torch.Tensor],
+        next_states: dict[str, torch.Tensor],
+        terminated: dict[str, torch.Tensor],
+        truncated: dict[str, torch.Tensor],
+        infos: Any,
+        timestep: int,
+        timesteps: int,
+    ) -> None:
+        """Record one env step of every agent (skrl's contract; the only place the agents write their storage).
+
+        skrl's tracking of episode rewards runs first. The step's infos are then read (see :mod:`skrl_marl_ext.keys`):
+        ``infos["action_mask"]`` is kept for the next :meth:`act` (in evaluation too), and in training the algorithm
+        stores the step with ``infos["agent_mask"]`` and ``infos["final_observations"]`` / ``["final_states"]``.
+
+        Parameters are skrl's: ``{agent: tensor}`` dicts, rewards/terminated/truncated of shape ``(num_envs, 1)``.
+        """
+        step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        super().record_transition(**step)
+        infos = self._infos(infos)
+        acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
+        self._keep_action_masks(infos)  # the masks of next_observations, for the next act
+        if self.training:
+            self._record(step, infos=infos, acted_masks=acted_masks)
+
+    def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
+        """Hook: store one training step (``step`` holds ``record_transition``'s arguments by name)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ infos
+
+    @staticmethod
+    def _infos(infos: Any) -> dict:
+        return infos if isinstance(infos, dict) else {}
+
+    def _agent_mask(self, group: AgentGroup, observations: dict, agent_masks: Any, num_envs: int) -> torch.Tensor:
+        """``(G, num_envs, 1)`` bool: False for agents absent from ``observations`` and where ``infos["agent_mask"]``
+        says so (:data:`~skrl_marl_ext.keys.AGENT_MASK_KEY`), True elsewhere."""
+        agent_masks = agent_masks if isinstance(agent_masks, dict) else {}
+        rows = []
+        for uid in group.uids:
+            if uid not in observations:
+                rows.append(torch.zeros(num_envs, 1, dtype=torch.bool, device=self.device))
+            elif uid in agent_masks:
+                rows.append(agent_masks[uid].reshape(num_envs, 1).bool())
+            else:
+                rows.append(torch.ones(num_envs, 1, dtype=torch.bool, device=self.device))
+        return torch.stack(rows)
+
+    def _keep_action_masks(self, infos: dict) -> None:
+        """Keep ``infos["action_mask"]`` (copied: an env may reuse its buffers) for the next :meth:`act`, refusing it
+        for agents whose policy would ignore it (:data:`~skrl_marl_ext.keys.ACTION_MASK_KEY`)."""
+        masks = infos.get(ACTION_MASK_KEY)
+        if not isinstance(masks, dict):
+            self._infos_action_masks = None
+            return
+        kept = {}
+        for uid, mask in masks.items():
+            group = self.group_of.get(uid)
+            if group is None or mask is None or not group.discrete:
+                continue  # a mask of continuous actions means nothing here
+            if not group.masks_seen:
+                self._require_masked_policy(group, source='infos["action_mask"]')
+                group.masks_seen = True
+            mask = torch.as_tensor(mask, device=self.device)
+            mask = mask.reshape(mask.shape[0], -1) if mask.dim() else mask.reshape(1, -1)
+            if mask.shape[1] != group.num_actions:
+                raise ValueError(
+                    f"{type(self).__name__}: infos['action_mask']['{uid}'] has shape {tuple(mask.shape)}; expected "
+                    f"(num_envs, {group.num_actions}), bool, True where an action of {group.action_space} is allowed"
+                )
+            kept[uid] = mask.to(dtype=torch.bool, copy=True)
+        self._infos_action_masks = kept or None
+
+    def _observation_mask(self, group: AgentGroup, raw_obs: torch.Tensor) -> torch.Tensor:
+        """The ``"action_mask"`` part of raw flattened Dict observations ``(..., obs_size)``, bool ``(rows, n)``."""
+        flat = raw_obs.reshape(-1, raw_obs.shape[-1])
+        return allowed_somewhere(unflatten_tensorized_space(group.observation_space, flat)[ACTION_MASK_KEY])
+
+    def _infos_mask(self, uid: str, num_envs: int, masks: dict[str, torch.Tensor] | None) -> torch.Tensor:
+        """Agent ``uid``'s mask in ``masks`` (an ``infos["action_mask"]``), or all True, bool ``(num_envs, n)``."""
+        mask = masks.get(uid) if masks else None
+        n = int(self.action_spaces[uid].n)
+        if mask is None:
+            return torch.ones(num_envs, n, dtype=torch.bool, device=self.device)
+        return allowed_somewhere(mask.reshape(num_envs, n))
+
+    def _action_mask(self, group: AgentGroup, raw_obs: torch.Tensor) -> torch.Tensor | None:
+        """Action mask ``(G * n, num_actions)`` for the group's raw observations ``(G, n, obs_size)``: from the Dict
+        observation space, or from the last recorded infos; None for continuous agents or when there is none."""
+        if not group.discrete:
+            return None
+        if group.mask_in_observations:
+            return self._observation_mask(group, raw_obs)
+        masks = self._infos_action_masks
+        if not masks or not any(uid in masks for uid in group.uids):
+            return None
+        n = raw_obs.shape[1]
+        return torch.cat([self._infos_mask(uid, n, masks) for uid in group.uids])
+
+    # ------------------------------------------------------------------ outputs
+
+    @staticmethod
+    def _split(
+        group: AgentGroup,
+        present: dict,
+        group_actions: torch.Tensor,
+        group_outputs: dict[str, Any],
+        n: int,
+        actions: dict,
+        outputs: dict,
+    ) -> None:
+        """Split a group's agent-major ``(G * n, ...)`` actions and outputs into ``actions[agent]`` and
+        ``outputs[agent]`` for the agents in ``present`` (the others get nothing)."""
+        G = group.size
+        for i, uid in enumerate(group.uids):
+            if uid not in present:
+                continue
+            actions[uid] = group_actions.view(G, n, -1)[i]
+            outputs[uid] = {
+                k: (v.view(G, n, *v.shape[1:])[i] if torch.is_tensor(v) and v.shape[:1] == (G * n,) else v)
+                for k, v in group_outputs.items()
+            }
+
+    # ------------------------------------------------------------------ optimisation
+
+    def _optimizer_step(
+        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters: list, clip: float
+    ) -> None:
+        """Scaled backward, gradients averaged over ranks, unscaled and clipped to global norm ``clip`` (when
+        ``clip > 0``), scaler step. The caller runs ``self.scaler.update()`` once its iteration is complete."""
+        optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        distributed.all_reduce_gradients_(parameters)
+        if clip > 0:
+            self.scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(parameters, clip)
+        self.scaler.step(optimizer)
+
+    def _track_non_finite(self) -> None:
+        if self.cfg.non_finite == "skip":
+            self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
+
+    def _autocast(self) -> Callable:
+        """``torch.autocast`` of the agent's device, on when ``cfg.mixed_precision`` is."""
+        return torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision)
+
+
+__all__ = ["AGENT_MASK_KEY", "GroupedMultiAgent", "allowed_somewhere", "make_grad_scaler"]

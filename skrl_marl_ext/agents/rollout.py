@@ -1,0 +1,97 @@
+"""The on-policy rollout buffer of one agent group: allocation, step writes, the non-finite scan, mini-batches.
+
+A :class:`RolloutBuffer` preallocates every tensor of a rollout as ``(T, rows, N, width)``: ``T`` steps, ``rows`` the
+group's ``G`` agents (1 for a state the whole group shares), ``N`` envs. The agent writes one step at a time from
+``record_transition`` (acting writes nothing). For the update, :meth:`RolloutBuffer.flat` gives a tensor per agent as
+``(rows, T * N, width)`` (sample ``i`` is step ``i // N``, env ``i % N``, the order of skrl's memories) and
+:func:`mini_batch_indexes` the sample indexes of each mini-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+Spec = tuple[int, int, torch.dtype]
+"""``(rows, width, dtype)`` of one rollout tensor."""
+
+CHECKED = ("observations", "states", "rewards", "actions", "log_prob", "values", "final_values")
+"""The tensors scanned for NaN/inf before an update: inputs first, then what was computed from them (a NaN
+observation makes the action and, through the env, the team's rewards non-finite too)."""
+
+
+class RolloutBuffer:
+    def __init__(self, specs: dict[str, Spec], *, rollouts: int, num_envs: int, device: torch.device | str) -> None:
+        """Zeroed ``(rollouts, rows, num_envs, width)`` tensors, one per entry of ``specs``.
+
+        :param specs: ``{name: (rows, width, dtype)}``.
+        :param rollouts: Steps per rollout ``T``.
+        :param num_envs: Envs per step ``N``.
+        :param device: Device of the tensors.
+        """
+        self.rollouts, self.num_envs = rollouts, num_envs
+        self.tensors = {
+            name: torch.zeros(rollouts, rows, num_envs, width, dtype=dtype, device=device)
+            for name, (rows, width, dtype) in specs.items()
+        }
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.tensors[name]
+
+    def write(self, step: int, **values: torch.Tensor) -> None:
+        """Write step ``step`` of the named tensors; each value is viewed as ``(rows, N, width)``."""
+        for name, value in values.items():
+            target = self.tensors[name][step]
+            target.copy_(value.reshape(target.shape))
+
+    def flat(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` as ``(rows, T * N, width)``: sample ``i`` is step ``i // N`` of env ``i % N``."""
+        x = self.tensors[name]
+        return x.transpose(0, 1).reshape(x.shape[1], x.shape[0] * x.shape[2], x.shape[-1])
+
+    def non_finite(self, names: Sequence[str] = CHECKED) -> dict[str, torch.Tensor]:
+        """``{name: bool (T, rows, N)}``, True where a sample of ``name`` holds NaN or inf (no host read)."""
+        return {name: ~torch.isfinite(self.tensors[name]).all(dim=-1) for name in names if name in self.tensors}
+
+    def skip_non_finite(self, names: Sequence[str] = CHECKED) -> torch.Tensor:
+        """Zero the non-finite samples of ``names`` and mask them (every agent's row of a shared state) out of
+        ``agent_mask``; return how many (step, agent, env) samples were newly masked (a tensor: no host read)."""
+        mask = self.tensors["agent_mask"]
+        rows = torch.zeros_like(mask[..., 0])  # (T, G, N)
+        for name, flags in self.non_finite(names).items():
+            rows |= flags.expand_as(rows)
+            self.tensors[name].nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        mask &= ~rows.unsqueeze(-1)
+        return rows.sum()
+
+
+def first_non_finite(
+    buffers: Sequence[tuple[RolloutBuffer, Sequence[str], bool]], names: Sequence[str] = CHECKED
+) -> tuple[str, str, int, int] | None:
+    """The earliest NaN/inf over several groups' rollouts, or None (one host read when there is none).
+
+    :param buffers: ``(buffer, the group's agent names, whether its state is shared)`` per group.
+    :return: ``(tensor name, who, step, env)`` of the earliest step, inputs before what was computed from them.
+    """
+    flags = [buffer.non_finite(names) for buffer, _, _ in buffers]
+    if not bool(torch.stack([v.any() for per_group in flags for v in per_group.values()]).any()):
+        return None
+    offences = []
+    for (_, uids, shared_state), per_group in zip(buffers, flags, strict=True):
+        for order, (name, bad) in enumerate(per_group.items()):
+            if bad.any():
+                step, row, env = (int(i) for i in bad.nonzero()[0])
+                who = "all agents" if name == "states" and shared_state else f"agent '{uids[row]}'"
+                offences.append((step, order, name, who, env))
+    step, _, name, who, env = min(offences)
+    return name, who, step, env
+
+
+def mini_batch_indexes(samples: int, mini_batches: int, *, device: torch.device | str) -> Iterator[torch.Tensor]:
+    """The sample indexes of one epoch's mini-batches: a random permutation split as ``np.array_split`` splits it
+    (skrl's memories do the same; ``Tensor.chunk`` may give fewer mini-batches)."""
+    yield from torch.tensor_split(torch.randperm(samples, device=device), mini_batches)
