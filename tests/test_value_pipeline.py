@@ -8,8 +8,8 @@ test here drives MAPPO/IPPO through its lifecycle, records the arguments of a ma
   ``gamma * V(s_t)`` when it does not (never the value of the next episode's first observation);
 - with a value normaliser and value clipping, the clip anchor is the critic's own output at collection time, so the
   first mini-batch clips nothing and every sample's critic gradient is non-zero;
-- with observation/state preprocessors, the first mini-batch of every update re-evaluates the very policy that acted
-  (ratio exactly 1);
+- input statistics are refreshed before the epochs, as skrl does, and the importance ratio keeps the behaviour
+  policy's log-probabilities (without input statistics the first mini-batch's ratio is exactly 1);
 - under mixed precision the values handed to GAE are the fp32 denormalisation of the critic's output.
 """
 
@@ -266,22 +266,12 @@ def test_value_clip_anchor_is_the_critics_output_at_collection(monkeypatch, algo
 
 
 @pytest.mark.parametrize("algo", ["mappo", "ippo"])
-def test_first_mini_batch_of_every_update_has_ratio_one_with_running_scalers(monkeypatch, algo):
+def test_without_input_statistics_the_first_mini_batch_of_every_update_has_ratio_one(monkeypatch, algo):
     env = spread(num_envs=8)
     epochs, mini_batches = 2, 2
     surrogates = Recorder(monkeypatch, "ppo_loss")
-    agent = make_agent(
-        env,
-        algo,
-        cfg={
-            "rollouts": 8,
-            "learning_epochs": epochs,
-            "mini_batches": mini_batches,
-            "observation_preprocessor": RunningStandardScaler,
-            "state_preprocessor": RunningStandardScaler,
-            "experiment": QUIET,
-        },
-    )
+    cfg = {"rollouts": 8, "learning_epochs": epochs, "mini_batches": mini_batches, "experiment": QUIET}
+    agent = make_agent(env, algo, cfg=cfg)
     drive(agent, env, 24)  # three updates
     per_update = epochs * mini_batches * len(agent.groups)
     assert len(surrogates.calls) == 3 * per_update
@@ -290,9 +280,62 @@ def test_first_mini_batch_of_every_update_has_ratio_one_with_running_scalers(mon
             kwargs, _ = surrogates.calls[update * per_update + group * epochs * mini_batches]
             ratio = torch.exp(kwargs["log_prob"].detach() - kwargs["old_log_prob"])
             assert torch.equal(ratio, torch.ones_like(ratio)), (update, group, float((ratio - 1).abs().max()))
-    # and the statistics did move: the scaler saw three rollouts
-    scaler = agent.groups[0].observation_preprocessor
-    assert int(scaler.current_count) > 3 * 8 * 8 - 1
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_behaviour_policy(monkeypatch, algo):
+    # at the first mini-batch of an update: the scalers have taken in the whole rollout (not before, not after),
+    # the new log-probabilities are the pre-step policy's on the rollout normalised with the refreshed statistics,
+    # and the old ones are exactly those the acting policy gave (so the ratio shows the refresh's effect)
+    env = spread(num_envs=8)
+    T, N = 8, 8
+    monkeypatch.setattr(
+        on_policy, "mini_batch_indexes", lambda samples, mini_batches, device: iter([torch.arange(samples)])
+    )
+    acted, checked = [], []
+    agent = make_agent(
+        env,
+        algo,
+        cfg={
+            "rollouts": T,
+            "learning_epochs": 1,
+            "mini_batches": 1,
+            "observation_preprocessor": RunningStandardScaler,
+            "state_preprocessor": RunningStandardScaler,
+            "experiment": QUIET,
+        },
+    )
+    act = agent.act
+
+    def recording_act(observations, states, **kwargs):
+        actions, outputs = act(observations, states, **kwargs)
+        acted.append({uid: outputs[uid]["log_prob"].clone() for uid in env.possible_agents})
+        return actions, outputs
+
+    def check(call, kwargs):
+        group = agent.groups[call % len(agent.groups)]
+        update = call // len(agent.groups)
+        b = group.rollout
+        assert int(group.observation_preprocessor.current_count) == 1 + (update + 1) * T * N
+        obs, st = agent._preprocess(group, b.flat("observations"), b.flat("states"))
+        with torch.no_grad():
+            inputs = {
+                "observations": obs,
+                "states": st,
+                "taken_actions": b.flat("actions").reshape(T * N * group.size, -1),
+            }
+            _, outputs = group.policy.act(inputs, role="policy")
+        torch.testing.assert_close(kwargs["log_prob"].detach().reshape(-1), outputs["log_prob"].reshape(-1))
+        behaviour = torch.stack([acted[update * T + t][uid] for t in range(T) for uid in group.uids], dim=0)
+        old = kwargs["old_log_prob"].view(group.size, T, N).transpose(0, 1).reshape(-1)
+        assert torch.equal(old, behaviour.reshape(-1))
+        checked.append(float((kwargs["log_prob"].detach() - kwargs["old_log_prob"]).abs().max()))
+
+    agent.act = recording_act
+    Recorder(monkeypatch, "ppo_loss", hook=check)
+    drive(agent, env, 2 * T)
+    assert len(checked) == 2 * len(agent.groups)
+    assert max(checked) > 0  # the refresh moved the policy: the ratio is not 1, and it is clipped as any change
 
 
 # ---------------------------------------------------------------- (d) mixed precision keeps the value path in fp32

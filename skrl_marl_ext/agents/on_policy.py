@@ -10,9 +10,8 @@ Where each concern lives:
 - :mod:`~skrl_marl_ext.agents.base`: the lifecycle every agent shares (config, checks, groups, infos, outputs,
   checkpoints, the optimiser step);
 - this module: ``act`` (one forward pass per group; it decides and stores nothing), ``record_transition`` (the only
-  writer of the rollout: inputs as the policy saw them, the decision, the env's answer, masks, the time-limit
-  bootstrap value, then the input statistics move on), and the update: bootstrap -> GAE -> value statistics ->
-  epochs of mini-batches;
+  writer of the rollout: the raw inputs, the decision, the env's answer, masks, the time-limit bootstrap value), and
+  the update: bootstrap -> GAE -> value and input statistics -> epochs of mini-batches;
 - :mod:`~skrl_marl_ext.agents.rollout`: the rollout buffer, the non-finite scan and the mini-batch indexes;
 - :mod:`skrl_marl_ext.functional`: GAE and the PPO loss as a dict of its terms.
 
@@ -121,9 +120,9 @@ class Decision:
     """What ``act`` decided for a group, for ``record_transition`` to store."""
 
     observations: torch.Tensor
-    """``(G, n, size)``, normalised with the statistics of the step (what the models saw, without agent ids)."""
+    """``(G, n, size)``, as the env gave them (the rollout stores raw inputs)."""
     states: torch.Tensor | None
-    """``(G or 1, n, size)``, normalised likewise."""
+    """``(G or 1, n, size)``, as the env gave them."""
     log_prob: torch.Tensor
     """``(G * n, 1)``."""
     values: torch.Tensor
@@ -357,10 +356,9 @@ class OnPolicyAgent(GroupedMultiAgent):
         """One group's sampled actions ``(G * n, size)``, outputs and (in evaluation) mean/greedy actions; in
         training, the decision is kept for ``record_transition`` to store."""
         raw_obs = group.stack(observations)
-        # the inputs as the models see them, normalised with the statistics of this step: recorded as such, so the
-        # update re-evaluates exactly what acted (the statistics move on in record_transition)
-        norm_obs, norm_states = self._normalize(group, raw_obs, self._stack_states(group, states))
-        obs, st = self._model_rows(group, norm_obs, norm_states)
+        raw_states = self._stack_states(group, states)
+        # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
+        obs, st = self._preprocess(group, raw_obs, raw_states)
         action_mask = self._action_mask(group, raw_obs)
         with self._autocast():
             group_actions, group_outputs = group.act("policy", self._policy_inputs(obs, st, action_mask))
@@ -368,8 +366,8 @@ class OnPolicyAgent(GroupedMultiAgent):
                 values, _ = group.act("value", self._value_inputs(obs, st))
         if self.training:
             self._decisions[group.index] = Decision(
-                observations=norm_obs,
-                states=norm_states,
+                observations=raw_obs,
+                states=raw_states,
                 log_prob=group_outputs["log_prob"],
                 values=values.float(),  # kept in fp32: the value-clip anchor, denormalised in fp32 at the update
                 action_mask=action_mask,
@@ -451,7 +449,6 @@ class OnPolicyAgent(GroupedMultiAgent):
                 b.write(t, action_mask=decision.action_mask)
         if "final_values" in b:
             self._record_final_values(group, t, infos)
-        self._update_input_statistics(group, step["observations"], step["states"], mask)
 
     def _record_final_values(self, group: OnPolicyGroup, t: int, infos: dict) -> None:
         """Store the value the time-limit bootstrap of step ``t`` uses (read only where the step was truncated).
@@ -477,23 +474,6 @@ class OnPolicyAgent(GroupedMultiAgent):
             final_values, _ = group.act("value", self._value_inputs(obs, st))
         ended = b["terminated"][t] | b["truncated"][t]
         target.copy_(torch.where(ended, final_values.float().view(target.shape), target))
-
-    def _update_input_statistics(self, group: OnPolicyGroup, observations: dict, states: Any, mask: torch.Tensor):
-        """Fold one step's observations and states (rows where ``mask`` (G, N, 1) is True, finite ones only) into their
-        preprocessors' statistics.
-
-        Once per env step, after the step's inputs were normalised, used and recorded: the policy keeps pace with its
-        statistics (as rsl_rl's normaliser does), and the update re-evaluates the recorded normalised inputs, so its
-        first mini-batch has probability ratio exactly 1. (skrl 2.1.1 refreshes them with the whole rollout during
-        the first epoch, so its first mini-batch is already off-policy.)
-        """
-        if group.observation_preprocessor is not identity:
-            raw = group.stack(observations)
-            update_statistics(group.observation_preprocessor, raw, mask & torch.isfinite(raw).all(-1, keepdim=True))
-        if group.state_preprocessor is not identity and "states" in group.rollout:
-            raw = self._stack_states(group, states)
-            state_mask = mask.any(dim=0, keepdim=True) if group.shared_state else mask
-            update_statistics(group.state_preprocessor, raw, state_mask & torch.isfinite(raw).all(-1, keepdim=True))
 
     # ------------------------------------------------------------------ updates
 
@@ -597,19 +577,45 @@ class OnPolicyAgent(GroupedMultiAgent):
         if group.value_preprocessor is not identity:
             update_statistics(group.value_preprocessor, returns, mask)
             returns = group.value_preprocessor(returns)
+        self._refresh_input_statistics(group)
         data = self._training_data(group, advantages, returns)
         sums, updates = self._epochs(group, data)
         self._track_update(group, sums, updates, explained)
+
+    def _refresh_input_statistics(self, group: OnPolicyGroup) -> None:
+        """Fold the rollout's unmasked, finite observations and states into their preprocessors' statistics, before
+        the epochs, as skrl does (with the whole rollout at once rather than mini-batch by mini-batch).
+
+        The policy then trains on its inputs as the refreshed statistics normalise them, the normalisation it acts
+        with next, while the importance ratio keeps the behaviour policy's log-probabilities (and value clipping the
+        critic's collection-time outputs): the first mini-batch's ratio is not 1 but the change the refresh made to
+        the policy, which the clipped objective then limits like any other. Anchoring the ratio at the refreshed
+        policy instead (re-evaluating the old log-probabilities) or refreshing after the epochs or every step, so that
+        the first ratio is exactly 1, lets the refreshes move the policy unchecked: IPPO on VMAS balance lost 2.3 of
+        37.5 that way (BENCHMARKS.md, "Learning at equal config").
+        """
+        b, mask = group.rollout, group.rollout["agent_mask"]
+        if group.observation_preprocessor is not identity:
+            raw = b["observations"]
+            update_statistics(group.observation_preprocessor, raw, mask & torch.isfinite(raw).all(-1, keepdim=True))
+        if "states" in b and group.state_preprocessor is not identity:
+            raw, state_mask = b["states"], mask.any(dim=1, keepdim=True) if group.shared_state else mask
+            update_statistics(group.state_preprocessor, raw, state_mask & torch.isfinite(raw).all(-1, keepdim=True))
+
+    @staticmethod
+    def _masked(group: OnPolicyGroup) -> bool:
+        """Whether the group's policy has been given action masks (then they are stored and used in the update)."""
+        return group.mask_in_observations or group.masks_seen
 
     def _training_data(self, group: OnPolicyGroup, advantages: torch.Tensor, returns: torch.Tensor) -> TrainingData:
         b = group.rollout
         per_agent = b.flat
         shared_states = None
-        if "states" in b and group.shared_state and not group.id_size and group.size > 1:
-            shared_states = per_agent("states")[0]
-        obs, st = self._model_rows(
-            group, per_agent("observations"), per_agent("states") if "states" in b and shared_states is None else None
-        )
+        states = per_agent("states") if "states" in b else None
+        obs, states = self._normalize(group, per_agent("observations"), states)  # with the refreshed statistics
+        if states is not None and group.shared_state and not group.id_size and group.size > 1:
+            shared_states, states = states[0], None
+        obs, st = self._model_rows(group, obs, states)
         G, TN = group.size, b.rollouts * b.num_envs
         floats = {
             "observations": obs.view(G, TN, -1),
@@ -622,7 +628,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         }
         floats = {k: v for k, v in floats.items() if v is not None}
         mask = b["agent_mask"]
-        masked = group.mask_in_observations or group.masks_seen
+        masked = self._masked(group)
         return TrainingData(
             packed=torch.cat([v.float() for v in floats.values()], dim=-1),
             names=list(floats),

@@ -62,13 +62,14 @@ class OnPolicyCfg(MarlCfg):
     observation_preprocessor: type | None | dict = None
     """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``.
 
-    Its statistics take in every env step's unmasked, finite observations (summed over ranks) right after the step's
-    inputs were normalised and used, and the rollout stores the inputs *as normalised then*: the update re-evaluates
-    exactly what acted (its first mini-batch has probability ratio 1), and the policy keeps pace with its statistics
-    (rsl_rl's normaliser works the same way). skrl 2.1.1 instead refreshes them with the rollout during the first
-    epoch, so its first mini-batch is already off-policy. ``RunningStandardScaler`` and
-    :class:`~skrl_marl_ext.preprocessors.ValueNorm` are updated without a host read; another class is called as skrl
-    calls it, ``preprocessor(x, train=True)``."""
+    As in skrl: the rollout acts with the statistics fixed (the raw observations are stored), and at the update the
+    statistics take in the rollout's unmasked, finite observations (summed over ranks) before the epochs, so the
+    policy trains on its inputs as it will see them when it acts next. The importance ratio keeps the behaviour
+    policy's log-probabilities, so the refresh's effect on the policy shows in the first mini-batch's ratio (not
+    exactly 1) and is clipped like any other change; making it exactly 1 (refreshing after the epochs or every
+    step, or re-evaluating the old log-probabilities) learned worse (see ``OnPolicyAgent._refresh_input_statistics``
+    and BENCHMARKS.md). ``RunningStandardScaler`` and :class:`~skrl_marl_ext.preprocessors.ValueNorm` are updated
+    without a host read; another class is called as skrl calls it, ``preprocessor(x, train=True)``."""
 
     observation_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
     """Keyword arguments of the observation preprocessor; ``size`` and ``device`` are filled in when missing."""
