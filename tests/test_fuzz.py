@@ -57,6 +57,7 @@ ON_POLICY_FIELDS = {
     "huber_delta": st.sampled_from([0.0, 1.0, 10.0]),
     "agent_id_input": st.booleans(),
     "non_finite": st.sampled_from(["raise", "skip"]),
+    "batch_agent_models": st.booleans(),
 }
 
 

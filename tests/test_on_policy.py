@@ -66,7 +66,7 @@ def test_skrl_config_dataclass_and_runner_style_kwargs_are_accepted():
     assert isinstance(agent.cfg, MAPPO_CFG)
     assert agent.cfg.rollouts == 4
     drive(agent, env, 4)
-    assert agent.groups[0].observation_preprocessor.current_count.item() > 1
+    assert agent.checkpoint_modules["agent_0"]["observation_preprocessor"].current_count.item() > 1
 
 
 # ---------------------------------------------------------------- what the critic reads
@@ -136,7 +136,7 @@ def test_shared_models_form_one_group_with_one_optimizer_step_per_mini_batch():
     drive(agent, env, 4)
     assert len(steps) == SMALL["learning_epochs"] * SMALL["mini_batches"]
 
-    separate = make_agent(env, shared=False, cfg=SMALL)
+    separate = make_agent(env, shared=False, cfg=dict(SMALL, batch_agent_models=False))
     assert len(separate.groups) == 3
 
 
@@ -419,7 +419,7 @@ def test_mini_batches_larger_than_a_rollout_warn_on_the_first_step_without_memor
     agent = make_agent(env, cfg={"mini_batches": 1000, "rollouts": 2, "learning_epochs": 1})
     with pytest.warns(UserWarning, match=r"mini_batches \(1000\).*8 samples"):
         drive(agent, env, 2)
-    assert [group.mini_batches for group in agent.groups] == [8, 8, 8]
+    assert [agent.group_of[uid].mini_batches for uid in env.possible_agents] == [8, 8, 8]
 
 
 def test_models_dict_without_value_is_refused():

@@ -165,7 +165,7 @@ def test_inf_gradient_with_mixed_precision_skips_the_step():
     )
     policy = agent.policies["agent_0"]
     before = params(policy)
-    first = next(policy.parameters())
+    first = agent.group_of["agent_0"].trainable[0]  # the tensor the optimiser steps (stacked for batched agents)
     first.register_hook(lambda grad: torch.full_like(grad, float("inf")))
     scale = agent.scaler.get_scale()
     drive(agent, env, 4)
@@ -275,4 +275,4 @@ def test_a_nan_observation_never_reaches_the_input_statistics(non_finite):
     # refused, nothing (its prior count of 1)
     assert sum(finite_rows) < 4 * len(finite_rows)
     expected = 1 if non_finite == "raise" else 1 + sum(finite_rows)
-    assert float(agent.groups[0].observation_preprocessor.current_count) == expected
+    assert float(agent.checkpoint_modules["agent_0"]["observation_preprocessor"].current_count) == expected

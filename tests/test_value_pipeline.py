@@ -316,7 +316,9 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
         group = agent.groups[call % len(agent.groups)]
         update = call // len(agent.groups)
         b = group.rollout
-        assert int(group.observation_preprocessor.current_count) == 1 + (update + 1) * T * N
+        for uid in group.uids:
+            scaler = agent.checkpoint_modules[uid]["observation_preprocessor"]  # the agent's own (or its group's)
+            assert int(scaler.current_count) == 1 + (update + 1) * T * N
         obs, st = agent._preprocess(group, b.flat("observations"), b.flat("states"))
         with torch.no_grad():
             inputs = {
@@ -324,7 +326,7 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
                 "states": st,
                 "taken_actions": b.flat("actions").reshape(T * N * group.size, -1),
             }
-            _, outputs = group.policy.act(inputs, role="policy")
+            _, outputs = group.act("policy", inputs)
         torch.testing.assert_close(kwargs["log_prob"].detach().reshape(-1), outputs["log_prob"].reshape(-1))
         behaviour = torch.stack([acted[update * T + t][uid] for t in range(T) for uid in group.uids], dim=0)
         old = kwargs["old_log_prob"].view(group.size, T, N).transpose(0, 1).reshape(-1)
@@ -352,8 +354,8 @@ def test_mixed_precision_values_are_the_fp32_denormalisation_of_the_critics_outp
     # statistics far from the identity: mean 1000, std 50 (bf16 holds ~3 significant digits: 1000 +- 4)
     mean, std = 1000.0, 50.0
     for group in agent.groups:
-        vp = group.value_preprocessor
-        if isinstance(vp, ValueNorm):
+        vp = group.value_preprocessor  # agents with models of their own: every agent's statistics at once
+        if preprocessor is ValueNorm:
             vp.running_mean.fill_(mean)
             vp.running_mean_sq.fill_(mean * mean + std * std)
             vp.debiasing_term.fill_(1.0)
@@ -370,7 +372,7 @@ def test_mixed_precision_values_are_the_fp32_denormalisation_of_the_critics_outp
         with torch.no_grad(), torch.autocast(device_type="cpu", enabled=True):
             for t in range(b["observations"].shape[0]):
                 obs, st = agent._model_rows(group, b["observations"][t], b["states"][t])  # stored normalised
-                raw, _ = group.value.act({"observations": obs, "states": st}, role="value")
+                raw, _ = group.act("value", {"observations": obs, "states": st})
                 rows.append(raw.float().view(b["values"][t].shape))
         recomputed[call] = torch.stack(rows)
 

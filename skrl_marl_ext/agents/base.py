@@ -30,9 +30,10 @@ from skrl.multi_agents.torch import MultiAgent
 from skrl.utils.spaces.torch import unflatten_tensorized_space
 
 from skrl_marl_ext import distributed
+from skrl_marl_ext.agents.batched import clip_grad_norm_per_agent_
 from skrl_marl_ext.agents.checkpoint import load_checkpoint
 from skrl_marl_ext.agents.config import build_cfg
-from skrl_marl_ext.agents.groups import AgentGroup, group_agents
+from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
 from skrl_marl_ext.agents.validation import check_agent_inputs
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
@@ -143,35 +144,39 @@ class GroupedMultiAgent(MultiAgent):
         """The state spaces handed to skrl's constructor (``{agent: None}`` when the env has none)."""
         return state_spaces if state_spaces is not None else {uid: None for uid in possible_agents}
 
+    def _batchable(self, uid: str) -> bool:
+        """Hook: whether agent ``uid`` (with models of its own) may join a batched group; the base never batches."""
+        return False
+
     def _build_groups(self) -> list[AgentGroup]:
+        spaces = {"observation": self.observation_spaces, "action": self.action_spaces, "state": self.state_spaces}
+        options = {"models": self.models, "roles": self.roles, "spaces": spaces, "cfg": self.cfg}
+        partition = group_agents(
+            owner=type(self).__name__, possible_agents=self.possible_agents, group_fields=self.group_fields, **options
+        )
+        singles = [uids for uids in partition if len(uids) == 1 and self._batchable(uids[0])]
+        batched = {tuple(u): b for u, b in batch_groups(singles, group_fields=self.group_fields, **options) if b}
+        merged, done = [], set()
+        for uids in partition:
+            whole = next((list(b) for b in batched if uids[0] in b), uids)
+            if whole[0] not in done:
+                merged.append((whole, tuple(whole) in batched))
+                done.update(whole)
         groups = []
-        for index, uids in enumerate(
-            group_agents(
-                owner=type(self).__name__,
-                possible_agents=self.possible_agents,
-                models=self.models,
-                roles=self.roles,
-                spaces={
-                    "observation": self.observation_spaces,
-                    "action": self.action_spaces,
-                    "state": self.state_spaces,
-                },
-                cfg=self.cfg,
-                group_fields=self.group_fields,
-            )
-        ):
+        for index, (uids, is_batched) in enumerate(merged):
             first = uids[0]
-            groups.append(
-                self.group_class(
-                    index=index,
-                    uids=uids,
-                    models={role: self.models[first][role] for role in self.roles},
-                    observation_space=self.observation_spaces[first],
-                    state_space=self.state_spaces[first],
-                    action_space=self.action_spaces[first],
-                    cfg={f.name: self.cfg.value_for(f.name, first) for f in dataclasses.fields(self.cfg)},
-                )
+            group = self.group_class(
+                index=index,
+                uids=uids,
+                models={role: self.models[first][role] for role in self.roles},
+                observation_space=self.observation_spaces[first],
+                state_space=self.state_spaces[first],
+                action_space=self.action_spaces[first],
+                cfg={f.name: self.cfg.value_for(f.name, first) for f in dataclasses.fields(self.cfg)},
+                agent_models={r: [self.models[u][r] for u in uids] for r in self.roles} if is_batched else None,
             )
+            group.stack_models()
+            groups.append(group)
         return groups
 
     def _note_mask_in_observations(self, group: AgentGroup) -> None:
@@ -196,10 +201,11 @@ class GroupedMultiAgent(MultiAgent):
             )
 
     def _register_checkpoint(self, group: AgentGroup, modules: dict[str, Any]) -> None:
-        """Save and load ``modules`` (name -> module with a state dict; None and the identity are left out) for every
-        agent of the group, with the grad scaler."""
-        for uid in group.uids:
+        """Save and load ``modules`` (name -> module with a state dict, or a list of one per agent; None and the
+        identity are left out) for every agent of the group, with the grad scaler."""
+        for i, uid in enumerate(group.uids):
             for key, module in modules.items():
+                module = module[i] if isinstance(module, list) else module
                 if module is not None and module is not identity:
                     self.checkpoint_modules[uid][key] = module
             self.checkpoint_modules[uid]["scaler"] = self.scaler
@@ -325,6 +331,8 @@ class GroupedMultiAgent(MultiAgent):
         """``(G, num_envs, 1)`` bool: False for agents absent from ``observations`` and where ``infos["agent_mask"]``
         says so (:data:`~skrl_marl_ext.keys.AGENT_MASK_KEY`), True elsewhere."""
         agent_masks = agent_masks if isinstance(agent_masks, dict) else {}
+        if all(uid in observations and uid not in agent_masks for uid in group.uids):  # the usual case: one op
+            return torch.ones(group.size, num_envs, 1, dtype=torch.bool, device=self.device)
         rows = []
         for uid in group.uids:
             if uid not in observations:
@@ -413,16 +421,24 @@ class GroupedMultiAgent(MultiAgent):
     # ------------------------------------------------------------------ optimisation
 
     def _optimizer_step(
-        self, optimizer: torch.optim.Optimizer, loss: torch.Tensor, parameters: list, clip: float
+        self,
+        optimizer: torch.optim.Optimizer,
+        loss: torch.Tensor,
+        parameters: list,
+        clip: float,
+        *,
+        per_agent: bool = False,
     ) -> None:
         """Scaled backward, gradients averaged over ranks, unscaled and clipped to global norm ``clip`` (when
-        ``clip > 0``), scaler step. The caller runs ``self.scaler.update()`` once its iteration is complete."""
+        ``clip > 0``; with ``per_agent``, the norm of each agent's slice of stacked parameters), scaler step. The
+        caller runs ``self.scaler.update()`` once its iteration is complete."""
         optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         distributed.all_reduce_gradients_(parameters)
         if clip > 0:
             self.scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(parameters, clip)
+            clip_grad_norm = clip_grad_norm_per_agent_ if per_agent else torch.nn.utils.clip_grad_norm_
+            clip_grad_norm(parameters, clip)
         self.scaler.step(optimizer)
 
     def _track_non_finite(self) -> None:

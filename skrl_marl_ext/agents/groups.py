@@ -1,12 +1,16 @@
 """Agent groups: the unit every agent of the package runs as one batch.
 
 A group is ``G`` agents whose inputs are stacked agent-major into ``(G * n, size)`` rows, so that each model role is
-called once for all of them, one loss is taken over all of them and each optimiser steps once. Today a group is
-agents that hold the *same* model objects (parameter sharing); an agent with models of its own is a group of one.
-Every model call goes through :meth:`AgentGroup.act`, the one place a group of agents with models of their own, run
-as one batched (``torch.func``) call, plugs in.
+called once for all of them, one loss is taken over all of them and each optimiser steps once. A group is either
 
-This module also holds the grouping rule (:func:`group_agents`) and the stacking of per-agent tensors.
+- agents that hold the *same* model objects (parameter sharing), or
+- a *batched group*: agents with models of their own, of one class and shape, whose parameters are stacked and run as
+  one ``torch.func`` call (:mod:`~skrl_marl_ext.agents.batched`); each agent keeps its own loss, statistics and
+  gradient clipping.
+
+An agent with models of its own that stack with no other is a group of one. Every model call goes through
+:meth:`AgentGroup.act`. This module also holds the grouping rules (:func:`group_agents`, :func:`batch_groups`) and the
+stacking of per-agent tensors.
 """
 
 from __future__ import annotations
@@ -19,20 +23,21 @@ import gymnasium
 import torch
 from skrl.models.torch import Model
 
+from skrl_marl_ext.agents.batched import StackedModel, stack_signature
 from skrl_marl_ext.agents.config import MarlCfg
 from skrl_marl_ext.preprocessors import identity
 
 
 @dataclasses.dataclass(eq=False)
 class AgentGroup:
-    """Agents that share their models and run as one batch (see the module docstring)."""
+    """Agents that run as one batch: sharing their models, or batched (see the module docstring)."""
 
     index: int
     """Position in the agent's ``groups`` list."""
     uids: list[str]
     """Agent names, in ``possible_agents`` order (the order of the stacked dimension)."""
     models: dict[str, Model]
-    """The group's model of each role."""
+    """The group's model of each role (of a batched group: the first agent's, which runs skrl's mixins)."""
     observation_space: gymnasium.Space
     state_space: gymnasium.Space | None
     action_space: gymnasium.Space
@@ -44,6 +49,20 @@ class AgentGroup:
     """Whether the action mask is the ``"action_mask"`` entry of a Dict observation space."""
     masks_seen: bool = False
     """Whether ``infos["action_mask"]`` has carried a mask for an agent of the group (its policy was checked)."""
+    agent_models: dict[str, list[Model]] | None = None
+    """Of a batched group: each role's models, one per agent in ``uids`` order (None for shared models)."""
+    stacked: dict[str, StackedModel] = dataclasses.field(default_factory=dict)
+    """Of a batched group: each role's stacked models (built by :meth:`stack_models`)."""
+
+    @property
+    def batched(self) -> bool:
+        """Whether the agents have models of their own, run as one batch (each agent its own loss)."""
+        return self.agent_models is not None
+
+    def stack_models(self) -> None:
+        """Stack a batched group's models (their parameters become views of the stack)."""
+        if self.batched and not self.stacked:
+            self.stacked = {role: StackedModel(models) for role, models in self.agent_models.items()}
 
     @property
     def size(self) -> int:
@@ -52,7 +71,8 @@ class AgentGroup:
     @property
     def id_size(self) -> int:
         """Number of one-hot agent-id entries appended to the model inputs (0 when off or for a group of one)."""
-        return self.size if self.cfg.get("agent_id_input") and self.size > 1 else 0
+        shared = self.cfg.get("agent_id_input") and self.size > 1 and not self.batched
+        return self.size if shared else 0
 
     @property
     def discrete(self) -> bool:
@@ -65,21 +85,28 @@ class AgentGroup:
 
     def act(self, role: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """Call the model of ``role`` on the group's stacked rows ``(G * n, ...)`` (skrl's ``Model.act``)."""
+        if self.stacked:
+            return self.stacked[role].act(inputs, role=role)
         return self.models[role].act(inputs, role=role)
 
     def parameters(self, *roles: str) -> list[torch.nn.Parameter]:
-        """The parameters of the models of ``roles`` (all roles when none), each once."""
+        """The parameters of the models of ``roles`` (all roles when none), each once; of a batched group the
+        stacked ``(G, ...)`` parameters."""
         seen, parameters = set(), []
         for role in roles or tuple(self.models):
-            for parameter in self.models[role].parameters():
+            source = self.stacked[role] if self.stacked else self.models[role]
+            for parameter in source.parameters():
                 if id(parameter) not in seen:
                     seen.add(id(parameter))
                     parameters.append(parameter)
         return parameters
 
     def unique_models(self, *roles: str) -> list[Model]:
-        """The model objects of ``roles`` (all roles when none), each once (a model may serve two roles)."""
-        return list({id(m): m for m in (self.models[r] for r in roles or tuple(self.models))}.values())
+        """The model objects of ``roles`` (all roles when none), each once (a model may serve two roles); every
+        agent's of a batched group."""
+        roles = roles or tuple(self.models)
+        models = [m for r in roles for m in self.agent_models[r]] if self.batched else [self.models[r] for r in roles]
+        return list({id(m): m for m in models}.values())
 
     def stack(self, tensors: dict[str, torch.Tensor] | None, out: torch.Tensor | None = None) -> torch.Tensor | None:
         """The group's agents' tensors stacked ``(G, n, size)`` (see :func:`stack_agents`)."""
@@ -135,6 +162,46 @@ def group_agents(
                         f"cfg.{field} differs between them; give them the same value"
                     )
     return list(members.values())
+
+
+def batch_groups(
+    groups: list[list[str]],
+    *,
+    models: dict[str, dict[str, torch.nn.Module]],
+    roles: Sequence[str],
+    spaces: dict[str, dict[str, gymnasium.Space | None]],
+    cfg: MarlCfg,
+    group_fields: Sequence[str],
+) -> list[tuple[list[str], bool]]:
+    """Merge agents with models of their own (groups of one) into batched groups where they can run as one batch.
+
+    Agents batch when, role by role, their models have the same class and parameter and buffer shapes
+    (:func:`~skrl_marl_ext.agents.batched.stack_signature`; lazy parameters not yet initialised do not stack), a model
+    serves one role only, and their spaces and
+    ``group_fields`` agree. A batched group takes the place of its first agent; the order is otherwise kept.
+
+    :param groups: The groups of :func:`group_agents`.
+    :return: ``(uids, batched)`` per group.
+    """
+    keys: dict[tuple, list[str]] = {}
+    result: list[tuple[list[str], bool] | tuple] = []
+    for uids in groups:
+        uid = uids[0]
+        role_models = [models[uid][role] for role in roles]
+        signatures = tuple(stack_signature(m) for m in role_models)
+        if len(uids) > 1 or len({id(m) for m in role_models}) < len(roles) or None in signatures:
+            result.append((uids, False))
+            continue
+        key = (
+            signatures,
+            tuple(str(per_agent[uid]) for per_agent in spaces.values()),
+            tuple(repr(cfg.value_for(field, uid)) for field in group_fields),
+        )
+        if key not in keys:
+            keys[key] = []
+            result.append(("batch", key))
+        keys[key].append(uid)
+    return [(keys[item[1]], len(keys[item[1]]) > 1) if item[0] == "batch" else item for item in result]
 
 
 def stack_agents(

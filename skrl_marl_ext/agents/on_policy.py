@@ -15,9 +15,11 @@ Where each concern lives:
 - :mod:`~skrl_marl_ext.agents.rollout`: the rollout buffer, the non-finite scan and the mini-batch indexes;
 - :mod:`skrl_marl_ext.functional`: GAE and the PPO loss as a dict of its terms.
 
-A group of ``G`` agents (agents that share their models; see :mod:`~skrl_marl_ext.agents.groups`) stacks its inputs
-agent-major into ``(G * num_envs, size)`` rows, stores its rollout as ``(rollouts, G, num_envs, size)`` tensors, runs
-GAE once and takes one loss and one optimiser step per mini-batch for all its agents.
+A group of ``G`` agents (agents that share their models, or a batched group of agents with models of their own; see
+:mod:`~skrl_marl_ext.agents.groups`) stacks its inputs agent-major into ``(G * num_envs, size)`` rows, stores its
+rollout as ``(rollouts, G, num_envs, size)`` tensors, runs GAE once and takes one loss and one optimiser step per
+mini-batch for all its agents (of a batched group: the sum of each agent's own mean loss, each agent's gradient clipped
+on its own, each agent's preprocessor statistics its own).
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent
+from skrl_marl_ext.agents.batched import (
+    AgentOptimizerView,
+    StackedPreprocessor,
+    apply_preprocessor,
+    stackable_preprocessor,
+    update_preprocessor,
+)
 from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
 from skrl_marl_ext.agents.rollout import RolloutBuffer, first_non_finite, mini_batch_indexes
@@ -54,7 +63,7 @@ from skrl_marl_ext.keys import (
     FINAL_STATES_KEY,
 )
 from skrl_marl_ext.models.agent_id import append_agent_id
-from skrl_marl_ext.preprocessors import identity, make_preprocessor, update_statistics
+from skrl_marl_ext.preprocessors import identity, make_preprocessor
 
 GROUP_FIELDS = (
     *SHARED_GROUP_FIELDS,
@@ -185,6 +194,19 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ construction
 
+    def _batchable(self, uid: str) -> bool:
+        """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off, a preprocessor's statistics
+        cannot be stacked, or the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``)."""
+        cfg = self.cfg
+        preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
+        scheduler = cfg.value_for("learning_rate_scheduler", uid)
+        return (
+            cfg.batch_agent_models
+            and all(stackable_preprocessor(cfg.value_for(name, uid)) for name in preprocessors)
+            and not (isinstance(scheduler, type) and issubclass(scheduler, KLAdaptiveLR))
+            and not cfg.value_for("kl_threshold", uid)
+        )
+
     def _check_memories(self) -> int | None:
         """Memories are optional: the rollout lives in one buffer per group. Given ones must fit the rollout.
 
@@ -236,9 +258,13 @@ class OnPolicyAgent(GroupedMultiAgent):
         policy_inputs, value_inputs = self._policy_inputs(*zeros), self._value_inputs(*zeros)
         dry_run(owner=name, group=group, policy_inputs=policy_inputs, value_inputs=value_inputs, device=self.device)
         modules = {"policy": group.policy, "value": group.value, "optimizer": group.optimizer}
+        if group.batched:  # each agent's own models, its part of the optimiser
+            modules.update(group.agent_models)
+            modules["optimizer"] = [AgentOptimizerView(group.optimizer, i) for i in range(group.size)]
         modules["scheduler"] = group.scheduler
         for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
-            modules[key] = getattr(group, key)
+            preprocessor = getattr(group, key)
+            modules[key] = preprocessor.modules if isinstance(preprocessor, StackedPreprocessor) else preprocessor
         self._register_checkpoint(group, modules)
 
     def _make_optimizer(self, group: OnPolicyGroup) -> None:
@@ -260,12 +286,7 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     def _make_preprocessors(self, group: OnPolicyGroup) -> None:
         cfg = group.cfg
-        group.observation_preprocessor = make_preprocessor(
-            cfg["observation_preprocessor"],
-            cfg["observation_preprocessor_kwargs"],
-            size=group.observation_space,
-            device=self.device,
-        )
+        group.observation_preprocessor = self._make_preprocessor(group, "observation", group.observation_space)
         if cfg["state_preprocessor"] and group.state_space is None:
             # skrl accepts it (its preprocessor then passes None through): accepted, and said
             warnings.warn(
@@ -274,12 +295,18 @@ class OnPolicyAgent(GroupedMultiAgent):
                 stacklevel=4,
             )
         else:
-            group.state_preprocessor = make_preprocessor(
-                cfg["state_preprocessor"], cfg["state_preprocessor_kwargs"], size=group.state_space, device=self.device
-            )
-        group.value_preprocessor = make_preprocessor(
-            cfg["value_preprocessor"], cfg["value_preprocessor_kwargs"], size=1, device=self.device
-        )
+            group.state_preprocessor = self._make_preprocessor(group, "state", group.state_space)
+        group.value_preprocessor = self._make_preprocessor(group, "value", 1)
+
+    def _make_preprocessor(self, group: OnPolicyGroup, kind: str, size: Any) -> Any:
+        """The group's ``cfg.<kind>_preprocessor``: one for a shared model, each agent's own (stacked) for a batched
+        group, the identity when none."""
+        cls, kwargs = group.cfg[f"{kind}_preprocessor"], group.cfg[f"{kind}_preprocessor_kwargs"]
+        if not cls:
+            return identity
+        if not group.batched:
+            return make_preprocessor(cls, kwargs, size=size, device=self.device)
+        return StackedPreprocessor([make_preprocessor(cls, kwargs, size=size, device=self.device) for _ in group.uids])
 
     def _zero_inputs(self, group: OnPolicyGroup, batch: int = 2) -> tuple[torch.Tensor, torch.Tensor | None]:
         rows = group.size * batch
@@ -324,10 +351,10 @@ class OnPolicyAgent(GroupedMultiAgent):
     def _normalize(self, group: OnPolicyGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
         """Stacked raw inputs ``(G, n, size)`` (states: ``(1, n, size)`` when shared) through the group's
         preprocessors, with the statistics as they are now; same shapes."""
-        obs = group.observation_preprocessor(raw_obs.reshape(-1, raw_obs.shape[-1])).view(raw_obs.shape)
+        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0)
         states = None
-        if raw_states is not None:
-            states = group.state_preprocessor(raw_states.reshape(-1, raw_states.shape[-1])).view(raw_states.shape)
+        if raw_states is not None:  # a shared state comes back per agent from a batched group's own preprocessors
+            states = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0)
         return obs, states
 
     def _model_rows(self, group: OnPolicyGroup, obs: torch.Tensor, states: torch.Tensor | None):
@@ -549,11 +576,14 @@ class OnPolicyAgent(GroupedMultiAgent):
         :return: ``(values, advantages, returns)``, each ``(T, G, N, 1)``; advantages standardised per agent.
         """
         cfg, b = group.cfg, group.rollout
-        denormalize = group.value_preprocessor
-        values = denormalize(b["values"], inverse=True)
-        next_values = torch.cat([values[1:], denormalize(self._last_values(group), inverse=True)])
+
+        def denormalize(raw):  # (T, G, N, 1): the agents along dimension 1
+            return apply_preprocessor(group.value_preprocessor, raw, agent_dim=1, inverse=True)
+
+        values = denormalize(b["values"])
+        next_values = torch.cat([values[1:], denormalize(self._last_values(group))])
         if cfg["time_limit_bootstrap"]:
-            next_values = torch.where(b["truncated"], denormalize(b["final_values"], inverse=True), next_values)
+            next_values = torch.where(b["truncated"], denormalize(b["final_values"]), next_values)
         advantages, returns = compute_gae(
             rewards=b["rewards"],
             values=values,
@@ -575,8 +605,8 @@ class OnPolicyAgent(GroupedMultiAgent):
         # value targets: normalised with statistics refreshed by this rollout's returns (the MAPPO paper's code); the
         # clip anchor stays the critic's raw output at collection time (rollout["values"])
         if group.value_preprocessor is not identity:
-            update_statistics(group.value_preprocessor, returns, mask)
-            returns = group.value_preprocessor(returns)
+            update_preprocessor(group.value_preprocessor, returns, mask, agent_dim=1)
+            returns = apply_preprocessor(group.value_preprocessor, returns, agent_dim=1)
         self._refresh_input_statistics(group)
         data = self._training_data(group, advantages, returns)
         sums, updates = self._epochs(group, data)
@@ -597,10 +627,14 @@ class OnPolicyAgent(GroupedMultiAgent):
         b, mask = group.rollout, group.rollout["agent_mask"]
         if group.observation_preprocessor is not identity:
             raw = b["observations"]
-            update_statistics(group.observation_preprocessor, raw, mask & torch.isfinite(raw).all(-1, keepdim=True))
+            finite = mask & torch.isfinite(raw).all(-1, keepdim=True)
+            update_preprocessor(group.observation_preprocessor, raw, finite, agent_dim=1)
         if "states" in b and group.state_preprocessor is not identity:
-            raw, state_mask = b["states"], mask.any(dim=1, keepdim=True) if group.shared_state else mask
-            update_statistics(group.state_preprocessor, raw, state_mask & torch.isfinite(raw).all(-1, keepdim=True))
+            # a shared state counts where any agent of a shared model is alive; for each agent's own, where it is
+            own = isinstance(group.state_preprocessor, StackedPreprocessor)
+            raw, state_mask = b["states"], mask.any(dim=1, keepdim=True) if group.shared_state and not own else mask
+            finite = state_mask & torch.isfinite(raw).all(-1, keepdim=True)
+            update_preprocessor(group.state_preprocessor, raw, finite, agent_dim=1)
 
     @staticmethod
     def _masked(group: OnPolicyGroup) -> bool:
@@ -613,7 +647,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         shared_states = None
         states = per_agent("states") if "states" in b else None
         obs, states = self._normalize(group, per_agent("observations"), states)  # with the refreshed statistics
-        if states is not None and group.shared_state and not group.id_size and group.size > 1:
+        if states is not None and states.shape[0] == 1 and not group.id_size and group.size > 1:
             shared_states, states = states[0], None
         obs, st = self._model_rows(group, obs, states)
         G, TN = group.size, b.rollouts * b.num_envs
@@ -696,10 +730,12 @@ class OnPolicyAgent(GroupedMultiAgent):
                 returns=batch["returns"],
                 entropy=entropy,
                 mask=m,
+                per_agent=group.batched,
                 **group.loss_options,
             )
         loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-        self._optimizer_step(group.optimizer, loss, group.trainable, cfg["grad_norm_clip"])
+        clip = cfg["grad_norm_clip"]
+        self._optimizer_step(group.optimizer, loss, group.trainable, clip, per_agent=group.batched)
         self.scaler.update()
         with torch.no_grad():
             distribution = group.policy.distribution(role="policy")

@@ -187,6 +187,7 @@ def ppo_loss(
     returns: torch.Tensor,
     entropy: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    per_agent: bool = False,
     ratio_clip: float,
     value_clip: float = 0.0,
     huber_delta: float = 0.0,
@@ -206,6 +207,9 @@ def ppo_loss(
     :param returns: Value targets (normalised like ``values``).
     :param entropy: Entropy of the current policy at each sample, or None when its scale is 0.
     :param mask: Boolean ``(G, B, 1)`` of the samples that count, or None for all.
+    :param per_agent: Each ``loss_*`` is the sum over the agents of each agent's own mean (agents with models of
+        their own, batched: each model's gradient is that of its agent's loss alone) instead of the mean over all
+        ``G * B`` samples (agents that share one model).
     :param ratio_clip: PPO's ``eps``.
     :param value_clip: Value clipping range in the MAPPO paper's max form; ``<= 0`` disables it.
     :param huber_delta: Huber threshold of the value loss; ``<= 0`` gives the squared error.
@@ -222,12 +226,14 @@ def ppo_loss(
     critic = value_loss(
         predicted_values=values, old_values=old_values, returns=returns, value_clip=value_clip, huber_delta=huber_delta
     )
+
+    def mean(x):
+        return masked_mean(x, mask, dim=(1, 2)).sum() if per_agent else masked_mean(x, mask)
+
     terms = {
-        "loss_objective": masked_mean(surrogate, mask),
-        "loss_critic": value_loss_scale * masked_mean(critic, mask),
-        "loss_entropy": -entropy_loss_scale * masked_mean(entropy, mask)
-        if entropy is not None
-        else log_prob.new_zeros(()),
+        "loss_objective": mean(surrogate),
+        "loss_critic": value_loss_scale * mean(critic),
+        "loss_entropy": -entropy_loss_scale * mean(entropy) if entropy is not None else log_prob.new_zeros(()),
     }
     with torch.no_grad():
         G = log_prob.shape[0]

@@ -1,0 +1,310 @@
+"""Aten ops per env step of multi-agent training: skrl 2.1.1's MAPPO/IPPO against this package's, side by side.
+
+Every op that reaches the dispatcher's Python key while training runs is counted with a
+``torch.utils._python_dispatch.TorchDispatchMode``: the ops of acting, of the env step, of ``record_transition`` and
+of ``post_interaction`` (the updates, forward, backward and optimiser included), in the order that
+:func:`skrl_marl_ext.trainers.interact` (the body of skrl's trainer loop for one multi-agent) runs them. What is
+counted is what the dispatcher runs after autograd and after composite ops are decomposed: one counted op is about
+one kernel launch on a GPU (each some 15 us of Python, dispatch and launch overhead for models this small on an
+H100), so the count is a noise-free proxy for the per-step overhead that does not need a GPU to measure.
+
+Counting rule: an op is counted unless it is a view. An op is a view when ``OpOverload.is_view`` says so (torch
+>= 2.1; otherwise, when one of its schema's returns has alias info that is not a write, e.g. ``Tensor(a)``, as
+opposed to the ``Tensor(a!)`` of in-place and ``out=`` ops), or when it is ``aten._unsafe_view`` (a view in all but
+schema). Views left out are e.g. ``view``, ``expand``, ``slice``, ``select``, ``t``, ``transpose``, ``unsqueeze``,
+``as_strided``, ``split``, ``unbind``, ``detach``, ``alias`` and ``reshape`` where it is a view (a reshape that copies
+shows up as ``clone`` and is counted). Everything else counts once per call: in-place and ``out=`` ops, copies
+(``copy_``, ``_to_copy``), factories (``empty``, ``zeros`` are ``empty`` + ``zero_``), host reads
+(``_local_scalar_dense``, from ``.item()``), and a ``_foreach_*`` op over many tensors (one op, though a GPU may run
+it as a few launches). Ops on CPU tensors count too although on a GPU run they launch nothing: mostly Adam's step
+counters, CPU tensors on CUDA as well, whose ``.item()`` (two per parameter tensor per optimiser step, seen as
+``_local_scalar_dense``) is about a tenth of skrl's count (``--by-op`` shows them).
+
+The counts do not depend on ``--device``: the dispatch mode sees the same ops on CPU and CUDA, with one exception
+handled here: ``torch.optim.Adam`` left at ``foreach=None`` (skrl's) loops over the parameters on CPU (some 8 ops per
+parameter tensor) but runs about 10 ``_foreach_*`` ops for all of them on CUDA. By default (``--adam-foreach cuda``)
+such optimisers are switched to ``foreach=True`` so that a CPU count is the count of a CUDA run; ``--adam-foreach
+device`` keeps torch's choice for ``--device``. (This package's agents always ask for ``foreach=True``;
+``clip_grad_norm_`` uses ``_foreach_norm`` on CPU and CUDA alike.)
+
+Procedure, per agent count and variant: build env and agent with ``bench_common``'s builders (the null env
+``skrl_marl_ext.envs.null``, MLPs of ``skrl_marl_ext.models``, one config for both libraries), run one rollout and its
+update uncounted (lazy allocation), then count two rollouts and their updates, ``2 * rollouts`` env steps; the table
+gives ops per env step, ``total / (2 * rollouts)``. Variants:
+
+- ``skrl-per-agent``: skrl's ``skrl.multi_agents.torch.mappo.MAPPO`` (or ``ippo.IPPO``), a model pair per agent;
+- ``ours-per-agent``: ``skrl_marl_ext.MAPPO``/``IPPO``, a model pair per agent, default config (per-agent models
+  batched into one ``torch.func`` call where the code supports it, see ``batch_agent_models``);
+- ``ours-per-agent-loop``: the same with ``cfg["batch_agent_models"] = False`` (per-agent models called one by one);
+  skipped, with a note, where ``OnPolicyCfg`` has no ``batch_agent_models`` field;
+- ``ours-shared``: ours, one model pair shared by all agents.
+
+Example (a few minutes on 2 cores, most of it skrl and the loop variant at 64 agents)::
+
+    python benchmarks/op_count.py --agents 4,16,64 --algo mappo --by-op
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import sys
+from collections import Counter
+
+import torch
+from bench_common import TrainCfg, make_agent, markdown_table
+from skrl.trainers.torch import SequentialTrainer
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from skrl_marl_ext.trainers import PHASES, interact
+
+VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-loop", "ours-shared")
+LOOP_CFG = {"batch_agent_models": False}
+"""Config of ``ours-per-agent-loop`` on top of the default."""
+EXTRA_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
+"""Ops counted as views although their schema does not say so."""
+
+
+def is_view(func: torch._ops.OpOverload) -> bool:
+    """Whether ``func`` is left out of the count (see the module docstring for the rule)."""
+    if func in EXTRA_VIEWS:
+        return True
+    flag = getattr(func, "is_view", None)
+    if flag is not None:
+        return bool(flag)
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the ops (views left out) dispatched while active, by name (``aten.addmm``, overloads merged)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str] = Counter()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not is_view(func):
+            self.ops[str(func.overloadpacket)] += 1
+            self.total += 1
+        return func(*args, **(kwargs or {}))
+
+
+@dataclasses.dataclass
+class Count:
+    """The ops counted for one variant at one agent count."""
+
+    agents: int
+    variant: str
+    steps: int
+    total: int
+    phases: dict[str, int]
+    ops: Counter
+
+    @property
+    def per_step(self) -> float:
+        return self.total / self.steps
+
+
+def supports_loop_cfg() -> bool:
+    """Whether this package's on-policy config has every key of :data:`LOOP_CFG`."""
+    from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
+
+    names = {field.name for field in dataclasses.fields(OnPolicyCfg)}
+    return all(key in names for key in LOOP_CFG)
+
+
+def build(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg):
+    """Env and agent of ``variant`` with ``bench_common``'s builders (``LOOP_CFG`` added for the loop variant)."""
+    import skrl_marl_ext
+    from skrl_marl_ext.envs.null import make_null_env
+
+    env = make_null_env(num_envs=args.num_envs, num_agents=num_agents, obs_size=args.obs_size, device=args.device)
+    owner = variant.split("-", 1)[0]
+    kwargs = {"shared": variant == "ours-shared", "cfg": cfg, "device": args.device}
+    if variant != "ours-per-agent-loop":
+        return make_agent(f"{owner}-{algo}", env, **kwargs), env
+    # make_agent imports the class from skrl_marl_ext when called: hand it one that adds LOOP_CFG to the config
+    originals = {name: getattr(skrl_marl_ext, name) for name in ("MAPPO", "IPPO")}
+
+    def with_loop_cfg(cls):
+        return lambda *, cfg, **rest: cls(cfg={**cfg, **LOOP_CFG}, **rest)
+
+    try:
+        for name, cls in originals.items():
+            setattr(skrl_marl_ext, name, with_loop_cfg(cls))
+        return make_agent(f"{owner}-{algo}", env, **kwargs), env
+    finally:
+        for name, cls in originals.items():
+            setattr(skrl_marl_ext, name, cls)
+
+
+def optimizers_of(agent) -> list[torch.optim.Optimizer]:
+    """skrl's optimisers (``agent.optimizers``, one per agent) and ours (one per group)."""
+    found = list(getattr(agent, "optimizers", {}).values())
+    found += [group.optimizer for group in getattr(agent, "groups", ()) if getattr(group, "optimizer", None)]
+    return [opt for opt in found if isinstance(opt, torch.optim.Optimizer)]
+
+
+def use_cuda_foreach(agent) -> int:
+    """Set ``foreach=True`` where an optimiser left it to torch (CUDA's choice); return how many were changed."""
+    changed = 0
+    for opt in optimizers_of(agent):
+        groups = [g for g in opt.param_groups if g.get("foreach", False) is None]
+        for group in groups:
+            group["foreach"] = True
+        if groups:
+            opt.defaults["foreach"] = True
+            changed += 1
+    return changed
+
+
+def init_agent(agent, env, *, timesteps: int) -> None:
+    """``agent.init()`` as skrl's trainers call it (bench_common does the same)."""
+    SequentialTrainer(
+        env=env, agents=agent, cfg={"timesteps": timesteps, "headless": True, "disable_progressbar": True}
+    )
+
+
+def count_training_ops(agent, env, *, rollouts: int) -> tuple[int, dict[str, int], Counter]:
+    """Train one rollout uncounted, then count two: total ops, ops per phase (:data:`PHASES`) and ops by name.
+
+    ``agent`` is initialised (:func:`init_agent` with ``3 * rollouts`` timesteps).
+    """
+    warmup, counted = rollouts, 2 * rollouts
+    total = warmup + counted
+    agent.enable_training_mode(True)
+    counter = OpCounter()
+    phases = dict.fromkeys(PHASES, 0)
+    seen = 0
+
+    def on_phase(phase: str, _milliseconds: float) -> None:
+        nonlocal seen
+        phases[phase] += counter.total - seen
+        seen = counter.total
+
+    observations, _ = env.reset()
+    states = env.state()
+    for timestep in range(warmup):
+        step = interact(agent, env, observations, states, timestep=timestep, timesteps=total)
+        observations, states = step.next_observations, step.next_states
+    with counter:
+        for timestep in range(warmup, total):
+            step = interact(agent, env, observations, states, timestep=timestep, timesteps=total, on_phase=on_phase)
+            observations, states = step.next_observations, step.next_states
+    return counter.total, phases, counter.ops
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Prints a markdown table: ops per env step (updates amortised) and the ratio to skrl's.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--agents", default="4,16,64", help="comma-separated numbers of agents")
+    parser.add_argument("--algo", default="mappo", choices=("mappo", "ippo"))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    parser.add_argument("--num-envs", type=int, default=64, help="envs stepped as one batch")
+    parser.add_argument("--obs-size", type=int, default=16, help="null env observation size per agent")
+    parser.add_argument("--hidden", default="64,64", help="hidden layer widths of every MLP (tanh)")
+    parser.add_argument("--rollouts", type=int, default=16, help="env steps per update")
+    parser.add_argument("--epochs", type=int, default=4, help="learning epochs per update")
+    parser.add_argument("--mini-batches", type=int, default=4, help="mini-batches per epoch")
+    parser.add_argument("--device", default="cpu", help="torch device (the counts do not depend on it)")
+    parser.add_argument(
+        "--adam-foreach",
+        default="cuda",
+        choices=("cuda", "device"),
+        help="Adams left at foreach=None: run them foreach, as torch does on CUDA, or as torch picks on --device",
+    )
+    parser.add_argument("--csv", default=None, metavar="PATH", help="also write one row per count to PATH")
+    parser.add_argument("--by-op", action="store_true", help="top 15 ops of each variant at the most agents")
+    parser.add_argument("--by-phase", action="store_true", help="ops per env step of each phase of the step")
+    args = parser.parse_args(argv)
+    args.agents = [int(a) for a in args.agents.split(",")]
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown --variants {unknown}; choose from {', '.join(VARIANTS)}")
+    args.hidden = tuple(int(h) for h in args.hidden.split(","))
+    return args
+
+
+def run_counts(args) -> list[Count]:
+    """Count every variant of ``args.variants`` at every agent count."""
+    cfg = TrainCfg(rollouts=args.rollouts, epochs=args.epochs, minibatches=args.mini_batches, hidden=args.hidden)
+    counts = []
+    for num_agents in args.agents:
+        for variant in args.variants:
+            agent, env = build(variant, algo=args.algo, num_agents=num_agents, args=args, cfg=cfg)
+            init_agent(agent, env, timesteps=3 * args.rollouts)
+            if args.adam_foreach == "cuda":
+                use_cuda_foreach(agent)
+            total, phases, ops = count_training_ops(agent, env, rollouts=args.rollouts)
+            counts.append(Count(num_agents, variant, 2 * args.rollouts, total, phases, ops))
+            print(f"# {num_agents} agents, {variant}: {counts[-1].per_step:.0f} ops/step", file=sys.stderr)
+    return counts
+
+
+def print_tables(counts: list[Count], args) -> None:
+    """Ops per env step against skrl's; growth from the fewest to the most agents; per phase and op if asked."""
+    skrl = {c.agents: c.per_step for c in counts if c.variant == "skrl-per-agent"}
+    rows = [
+        [c.agents, c.variant, f"{c.per_step:.0f}", f"{c.per_step / skrl[c.agents]:.2f}" if c.agents in skrl else "-"]
+        for c in counts
+    ]
+    print(markdown_table(["agents", "variant", "ops per env step", "ops / skrl"], rows))
+    lo, hi = min(args.agents), max(args.agents)
+    by_key = {(c.agents, c.variant): c for c in counts}
+    variants = list(dict.fromkeys(c.variant for c in counts))
+    if lo != hi:
+        growth = [[v, f"{by_key[hi, v].per_step / by_key[lo, v].per_step:.2f}"] for v in variants]
+        print()
+        print(markdown_table(["variant", f"ops at {hi} agents / ops at {lo}"], growth))
+    if args.by_phase:
+        rows = [[c.agents, c.variant] + [f"{c.phases[p] / c.steps:.0f}" for p in PHASES] for c in counts]
+        print()
+        print(markdown_table(["agents", "variant", *PHASES], rows))
+    if args.by_op:
+        for variant in variants:
+            c = by_key[hi, variant]
+            top = [[name, f"{n / c.steps:.1f}", f"{n / c.total:.1%}"] for name, n in c.ops.most_common(15)]
+            print(f"\nTop ops of {variant} at {hi} agents (per env step):\n")
+            print(markdown_table(["op", "ops per env step", "share"], top))
+
+
+def write_csv(path: str, counts: list[Count], args) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["algo", "agents", "variant", "ops_per_env_step", "ops_total", "env_steps", *PHASES])
+        for c in counts:
+            phases = [f"{c.phases[p] / c.steps:.2f}" for p in PHASES]
+            writer.writerow([args.algo, c.agents, c.variant, f"{c.per_step:.2f}", c.total, c.steps, *phases])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if "ours-per-agent-loop" in args.variants and not supports_loop_cfg():
+        print(
+            "note: skipping ours-per-agent-loop: OnPolicyCfg has no 'batch_agent_models' field "
+            "(ours-per-agent is then unbatched too)",
+            file=sys.stderr,
+        )
+        args.variants.remove("ours-per-agent-loop")
+    counts = run_counts(args)
+    print(
+        f"null env (obs {args.obs_size}, state {args.obs_size} x agents), {args.algo}, {args.num_envs} envs, MLP "
+        f"{args.hidden} tanh, rollouts {args.rollouts}, {args.epochs} epochs x {args.mini_batches} mini-batches, "
+        f"{2 * args.rollouts} counted env steps after {args.rollouts} uncounted, device {args.device}, "
+        f"Adam foreach as on {args.adam_foreach if args.adam_foreach == 'cuda' else args.device}, "
+        f"views not counted\n"
+    )
+    print_tables(counts, args)
+    if args.csv:
+        write_csv(args.csv, counts, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Agents with models of their own, run as one batch (``torch.func``).
+
+``G`` agents whose models have the same class and the same parameter and buffer shapes form a *batched group*: each
+model role is one :class:`StackedModel`, whose parameters are the ``G`` agents' parameters stacked into ``(G, ...)``
+leaf tensors, and one call of it runs all ``G`` agents (``torch.vmap`` of ``torch.func.functional_call``). The number
+of tensor operations per call, and so the kernel launches on a GPU, does not grow with ``G``.
+
+The user's skrl models stay the source of truth: after stacking, each model's parameters and buffers are *views* of
+its slice of the stacked tensors, so an optimiser step on the stacked tensors is seen by the models at once, a
+``load_state_dict`` on a model writes into the stack, and checkpoints keep the per-agent layout.
+
+How a call runs: only the models' ``compute`` (the network) is vmapped, agent by agent over its own rows; skrl's mixin
+``act`` (sampling, clipping, log-probabilities, the distribution kept on the module for ``get_entropy`` and
+``distribution``) then runs once, outside the vmap, on the ``(G * n, ...)`` outputs through the first agent's model.
+Random sampling thus stays ordinary torch sampling (``vmap`` cannot sample in place per agent), and every mixin works
+unchanged.
+
+Also here: the per-agent statistics of stacked preprocessors (:class:`StackedPreprocessor`), gradient-norm clipping per
+agent slice (:func:`clip_grad_norm_per_agent_`), the per-agent view of a stacked optimiser's state for checkpoints
+(:class:`AgentOptimizerView`), and the rule of which models stack (:func:`stack_signature`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from skrl.models.torch import Model
+from torch import nn
+from torch.func import functional_call
+
+from skrl_marl_ext import distributed
+from skrl_marl_ext.preprocessors import ValueNorm, merge_moments_, update_statistics
+
+
+def stack_signature(module: nn.Module) -> tuple | None:
+    """What must agree for modules to be stacked: the class and every parameter's and buffer's name, shape, dtype
+    and device (and whether it requires grad). None for a module with lazy parameters not yet initialised (skrl's
+    instantiators build such; skrl's Runner initialises them): it cannot be stacked."""
+    if any(nn.parameter.is_lazy(t) for t in (*module.parameters(), *module.buffers())):
+        return None
+    params = tuple((n, tuple(p.shape), p.dtype, p.device, p.requires_grad) for n, p in module.named_parameters())
+    buffers = tuple((n, tuple(b.shape), b.dtype, b.device) for n, b in module.named_buffers())
+    return (type(module), params, buffers)
+
+
+class StackedModules:
+    """``G`` modules of one signature whose parameters and buffers are views of stacked ``(G, ...)`` tensors."""
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        self.modules = list(modules)
+        self.size = len(self.modules)
+        first = self.modules[0]
+        with torch.no_grad():
+            self.params = {
+                name: torch.stack([m.get_parameter(name).detach() for m in self.modules]).requires_grad_(
+                    p.requires_grad
+                )
+                for name, p in first.named_parameters()
+            }
+            self.buffers = {
+                name: torch.stack([m.get_buffer(name) for m in self.modules]) for name, _ in first.named_buffers()
+            }
+        for i, module in enumerate(self.modules):  # the modules now read and write their slice of the stack
+            for name, stacked in self.params.items():
+                module.get_parameter(name).data = stacked.data[i]
+            for name, stacked in self.buffers.items():
+                module.get_buffer(name).data = stacked[i]
+
+    def parameters(self) -> list[torch.Tensor]:
+        """The stacked ``(G, ...)`` parameters, in the modules' parameter order."""
+        return list(self.params.values())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The stacked ``(G, ...)`` parameters and buffers by name (the checkpoints hold each agent's module)."""
+        return {name: t.detach() for name, t in {**self.params, **self.buffers}.items()}
+
+    def vmap(self, function, *args, in_dims: Any = 0, out_dims: Any = 0):
+        """``torch.vmap`` of ``function(module_state, *args)`` over the agents, ``module_state`` being the stacked
+        parameters and buffers of one agent inside the map (pass it to ``functional_call``)."""
+        state = {**self.params, **self.buffers}
+        return torch.vmap(function, in_dims=(0, *in_dims), out_dims=out_dims)(state, *args)
+
+
+class _Compute(nn.Module):
+    """Calls a skrl model's ``compute`` (its network) as a module forward, for ``functional_call``."""
+
+    def __init__(self, model: Model) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: dict[str, Any], role: str):
+        output, outputs = self.model.compute(inputs, role)
+        # outputs that do not depend on the rows (e.g. a log-std parameter) are broadcast to them, so that every
+        # output of the map stacks agent by agent into (G * n, ...) rows
+        outputs = {
+            k: v.expand(*output.shape[: output.dim() - v.dim()], *v.shape)
+            if torch.is_tensor(v) and v.dim() < output.dim()
+            else v
+            for k, v in outputs.items()
+        }
+        return output, outputs
+
+
+class StackedModel(StackedModules):
+    """``G`` skrl models of one class and shape run as one call (see the module docstring)."""
+
+    def __init__(self, models: Sequence[Model]) -> None:
+        super().__init__(models)
+        self.base = self.modules[0]
+        self._compute = _Compute(self.base)
+
+    def act(self, inputs: dict[str, Any], *, role: str) -> tuple[torch.Tensor, dict[str, Any]]:
+        """skrl's ``Model.act`` on agent-major rows ``(G * n, ...)``, each agent's rows through its own model."""
+        G = self.size
+        tensors = {k: v.reshape(G, -1, *v.shape[1:]) for k, v in inputs.items() if torch.is_tensor(v)}
+        static = {k: v for k, v in inputs.items() if not torch.is_tensor(v)}
+        prefixed = {f"model.{k}": v for k, v in {**self.params, **self.buffers}.items()}
+
+        def compute(state, rows):
+            output, outputs = functional_call(self._compute, state, ({**static, **rows}, role))
+            return output, {k: v for k, v in outputs.items() if torch.is_tensor(v)}
+
+        output, outputs = torch.vmap(compute)(prefixed, tensors)
+        output = output.reshape(-1, *output.shape[2:])
+        outputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in outputs.items()}
+        # the mixin's act (sampling, log-probabilities, the kept distribution) once, on all rows, through the first
+        # agent's model with its compute answered by the map's result
+        self.base.compute = lambda _inputs, _role="": (output, dict(outputs))
+        try:
+            return self.base.act(inputs, role=role)
+        finally:
+            del self.base.compute
+
+
+STACKABLE_PREPROCESSORS = (ValueNorm,)
+"""Preprocessor classes whose statistics updates :class:`StackedPreprocessor` knows, besides skrl's
+``RunningStandardScaler`` (checked by name in :func:`stackable_preprocessor`)."""
+
+
+def stackable_preprocessor(cls: Any) -> bool:
+    """Whether agents with preprocessors of class ``cls`` (None: none) can form a batched group."""
+    from skrl.resources.preprocessors.torch import RunningStandardScaler
+
+    return not cls or (isinstance(cls, type) and issubclass(cls, (RunningStandardScaler, *STACKABLE_PREPROCESSORS)))
+
+
+class StackedPreprocessor(StackedModules):
+    """The preprocessors of a batched group's ``G`` agents (skrl's ``RunningStandardScaler`` or :class:`ValueNorm`),
+    each agent's statistics its own, applied and updated in one call. A statistic's name (``running_mean``, ...)
+    gives the stacked ``(G, ...)`` tensor whose slices are the agents' own."""
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        buffers = self.__dict__.get("buffers", {})
+        if name in buffers:
+            return buffers[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def __call__(self, x: torch.Tensor, *, agent_dim: int, inverse: bool = False) -> torch.Tensor:
+        """Each agent's slice of ``x`` (the agents along ``agent_dim``; a size-1 agent dimension is one tensor for
+        all agents) through that agent's preprocessor; the agent dimension of the result has size ``G``."""
+        if x.shape[agent_dim] == 1 and self.size > 1:
+            x = x.expand(*x.shape[:agent_dim], self.size, *x.shape[agent_dim + 1 :])
+
+        def forward(state, rows):
+            return functional_call(self.modules[0], state, (rows,), {"inverse": inverse})
+
+        return self.vmap(forward, x, in_dims=(agent_dim,), out_dims=agent_dim)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
+        """Fold each agent's unmasked rows of ``x`` (agents along ``agent_dim``; size 1: the same rows for all) into
+        its own statistics, summed over ranks."""
+        G = self.size
+        x = x.movedim(agent_dim, 0)
+        x = x.expand(G, *x.shape[1:]).reshape(G, -1, x.shape[-1])
+        if mask is not None:
+            mask = mask.movedim(agent_dim, 0)
+            mask = mask.expand(G, *mask.shape[1:]).reshape(G, -1, 1)
+        total, total_sq, count = per_agent_sums(x, mask)
+        if isinstance(self.modules[0], ValueNorm):
+            self._update_value_norm(total, total_sq, count)
+        else:
+            self._update_scaler(total, total_sq, count)
+
+    def _update_scaler(self, total: torch.Tensor, total_sq: torch.Tensor, count: torch.Tensor) -> None:
+        count = count.unsqueeze(-1)
+        mean = total / count.clamp(min=1.0)
+        m2 = (total_sq - count * mean * mean).clamp(min=0.0)
+        stack = _Moments(self.buffers["running_mean"], self.buffers["running_variance"], self.buffers["current_count"])
+        merge_moments_(stack, mean=mean, m2=m2, count=count)
+
+    def _update_value_norm(self, total: torch.Tensor, total_sq: torch.Tensor, count: torch.Tensor) -> None:
+        beta = self.modules[0].beta
+        count = count.unsqueeze(-1).clamp(min=1.0)
+        self.buffers["running_mean"].mul_(beta).add_(total / count * (1.0 - beta))
+        self.buffers["running_mean_sq"].mul_(beta).add_(total_sq / count * (1.0 - beta))
+        self.buffers["debiasing_term"].mul_(beta).add_(1.0 - beta)
+
+
+class _Moments:
+    """The stacked statistics of ``G`` running standard scalers, shaped for :func:`merge_moments_` (``(G, 1)``
+    counts, views of the stack)."""
+
+    def __init__(self, mean: torch.Tensor, variance: torch.Tensor, count: torch.Tensor) -> None:
+        self.running_mean, self.running_variance, self.current_count = mean, variance, count.unsqueeze(-1)
+
+
+def per_agent_sums(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`~skrl_marl_ext.preprocessors.masked_sums` of each agent: ``x`` ``(G, rows, size)``, ``mask``
+    ``(G, rows, 1)`` or None; returns ``(G, size)``, ``(G, size)``, ``(G,)`` in float64, one collective."""
+    size = x.shape[-1]
+    rows = x.transpose(0, 1).double()  # (rows, G, size): the sums reduce the first dimension
+    weight = torch.ones_like(rows[..., :1]) if mask is None else mask.transpose(0, 1).double()
+    rows = torch.where(weight > 0, rows, 0.0)
+    sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)], dim=-1)
+    distributed.all_reduce_sum_(sums)
+    return sums[:, :size], sums[:, size : 2 * size], sums[:, -1]
+
+
+@torch.no_grad()
+def clip_grad_norm_per_agent_(parameters: Sequence[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for each agent's slice of stacked ``(G, ...)`` parameters, as ``G``
+    separate optimisers would clip: the same formula (``max_norm / (norm + 1e-6)``, at most 1) per agent.
+
+    :return: The per-agent total norms ``(G,)``.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return torch.zeros(0)
+    G = grads[0].shape[0]
+    total = torch.linalg.vector_norm(torch.cat([g.reshape(G, -1).float() for g in grads], dim=1), dim=1)
+    coef = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    # one multi-tensor multiply, as torch's clip_grad_norm_ does it (foreach), not one kernel per parameter
+    torch._foreach_mul_(grads, [coef.view(G, *([1] * (g.dim() - 1))).to(g.dtype) for g in grads])
+    return total
+
+
+class AgentOptimizerView:
+    """Agent ``index``'s part of a batched group's optimiser, with the state dict of the optimiser that agent would
+    have on its own (``torch.optim`` layout: the same parameter groups, each tensor of the state sliced at
+    ``index``), so that checkpoints keep the per-agent layout and load into either form."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, index: int) -> None:
+        self.optimizer, self.index = optimizer, index
+
+    def _slice(self, value: Any) -> Any:
+        stacked = torch.is_tensor(value) and value.dim() > 0
+        return value[self.index].clone() if stacked else value
+
+    def state_dict(self) -> dict[str, Any]:
+        full = self.optimizer.state_dict()
+        state = {k: {name: self._slice(v) for name, v in s.items()} for k, s in full["state"].items()}
+        return {"state": state, "param_groups": full["param_groups"]}
+
+    @torch.no_grad()
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        optimizer = self.optimizer
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        groups = state_dict["param_groups"]
+        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in optimizer.param_groups]:
+            raise ValueError(
+                "the checkpoint's optimizer has other parameter groups than this agent's (a checkpoint of other models?)"
+            )
+        for group, saved in zip(optimizer.param_groups, groups, strict=True):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        for key, saved in state_dict["state"].items():
+            param = params[int(key)]
+            state = optimizer.state[param]
+            for name, value in saved.items():
+                if torch.is_tensor(value) and value.dim() > 0:
+                    if name not in state:
+                        state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                    state[name][self.index].copy_(value)
+                else:
+                    state[name] = value.clone() if torch.is_tensor(value) else value
+
+
+def apply_preprocessor(preprocessor: Any, x: torch.Tensor, *, agent_dim: int, inverse: bool = False) -> torch.Tensor:
+    """``preprocessor(x)`` (``inverse``: back to the original scale) for ``x`` with the agents along ``agent_dim``:
+    a :class:`StackedPreprocessor` applies each agent's own; any other applies its one statistic to every row."""
+    if isinstance(preprocessor, StackedPreprocessor):
+        return preprocessor(x, agent_dim=agent_dim, inverse=inverse)
+    if inverse:
+        return preprocessor(x, inverse=True)
+    return preprocessor(x.reshape(-1, x.shape[-1])).view(x.shape)
+
+
+def update_preprocessor(preprocessor: Any, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
+    """Fold the unmasked rows of ``x`` (agents along ``agent_dim``) into the statistics: each agent's own for a
+    :class:`StackedPreprocessor`, all rows into one otherwise (:func:`~skrl_marl_ext.preprocessors.update_statistics`)."""
+    if isinstance(preprocessor, StackedPreprocessor):
+        preprocessor.update(x, mask, agent_dim=agent_dim)
+    else:
+        update_statistics(preprocessor, x, mask)
+
+
+__all__ = [
+    "AgentOptimizerView",
+    "StackedModel",
+    "StackedModules",
+    "StackedPreprocessor",
+    "apply_preprocessor",
+    "clip_grad_norm_per_agent_",
+    "per_agent_sums",
+    "stack_signature",
+    "stackable_preprocessor",
+    "update_preprocessor",
+]

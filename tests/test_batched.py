@@ -1,0 +1,236 @@
+"""Agents with models of their own run as one batch (``torch.func``): the batched group trains exactly as the
+per-agent loop does, keeps the per-agent checkpoint layout, and is used where the models allow it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from helpers import drive, make_agent, make_models, one_thread, params  # noqa: F401
+from skrl.resources.preprocessors.torch import RunningStandardScaler
+from skrl.resources.schedulers.torch import KLAdaptiveLR
+
+import skrl_marl_ext.agents.on_policy as on_policy
+from skrl_marl_ext import ValueNorm
+from skrl_marl_ext.agents.batched import AgentOptimizerView, clip_grad_norm_per_agent_
+from skrl_marl_ext.envs import make_spread_env
+from skrl_marl_ext.models import GaussianMLP
+
+ROLLOUTS = 6
+
+
+def in_order(samples, mini_batches, *, device):
+    """Mini-batches without shuffling: the loop draws one permutation per agent, a batched group one for all."""
+    return iter(torch.tensor_split(torch.arange(samples, device=device), mini_batches))
+
+
+def lockstep(batched, loop, env, steps, *, infos_fn=None):
+    """Drive both agents on one env with the batched agent's actions; before each update the loop's rollout is
+    overwritten with the batched agent's (what each sampled differs; the update is what is compared). Yields after
+    every update."""
+    for agent in (batched, loop):
+        agent.init()
+        agent.enable_training_mode(True)
+    obs, _ = env.reset()
+    states = env.state()
+    for t in range(steps):
+        with torch.no_grad():
+            actions, _ = batched.act(obs, states, timestep=t, timesteps=steps)
+            loop.act(obs, states, timestep=t, timesteps=steps)
+            next_obs, rewards, terminated, truncated, infos = env.step(actions)
+            next_states = env.state()
+        if infos_fn is not None:
+            infos = infos_fn(t, dict(infos))
+        step = dict(observations=obs, states=states, actions=actions, rewards=rewards, next_observations=next_obs)
+        step.update(next_states=next_states, terminated=terminated, truncated=truncated, infos=infos)
+        for agent in (batched, loop):
+            agent.record_transition(**step, timestep=t, timesteps=steps)
+        (source,) = batched.groups
+        for i, group in enumerate(loop.groups):
+            for name, tensor in source.rollout.tensors.items():
+                own = tensor[t % ROLLOUTS, i : i + 1] if tensor.shape[1] == source.size else tensor[t % ROLLOUTS]
+                group.rollout.tensors[name][t % ROLLOUTS].copy_(own)
+        for agent in (batched, loop):
+            agent.post_interaction(timestep=t, timesteps=steps)
+        obs, states = next_obs, next_states
+        if (t + 1) % ROLLOUTS == 0:
+            yield
+
+
+def max_difference(a, b):
+    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
+def state_of(agent, env):
+    """Every tensor of every agent's checkpoint entries, in a fixed order."""
+    tensors = []
+    for uid in env.possible_agents:
+        for module in agent.checkpoint_modules[uid].values():
+            state = module.state_dict()
+            if "state" in state and "param_groups" in state:  # an optimiser: its moments
+                state = {f"{k}.{n}": v for k, s in state["state"].items() for n, v in s.items()}
+            tensors += [v.float() for v in state.values() if torch.is_tensor(v)]
+    return tensors
+
+
+CASES = {
+    "mappo-continuous": dict(algo="mappo", continuous=True, cfg={}),
+    "ippo-continuous": dict(algo="ippo", continuous=True, cfg={}),
+    "mappo-discrete": dict(algo="mappo", continuous=False, cfg={"entropy_loss_scale": 0.01}),
+    "ippo-discrete": dict(algo="ippo", continuous=False, cfg={"entropy_loss_scale": 0.01}),
+    "mappo-preprocessors": dict(
+        algo="mappo",
+        continuous=True,
+        cfg={
+            "observation_preprocessor": RunningStandardScaler,
+            "state_preprocessor": RunningStandardScaler,
+            "value_preprocessor": ValueNorm,
+            "huber_delta": 10.0,
+            "time_limit_bootstrap": True,
+        },
+    ),
+    "ippo-scaler-values": dict(algo="ippo", continuous=True, cfg={"value_preprocessor": RunningStandardScaler}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_batched_update_equals_the_per_agent_loop(case, monkeypatch):
+    """Several updates on the same rollouts: parameters, optimiser moments and statistics within 1e-6."""
+    monkeypatch.setattr(on_policy, "mini_batch_indexes", in_order)
+    spec = CASES[case]
+    torch.manual_seed(0)
+    env = make_spread_env(num_envs=4, num_agents=3, continuous=spec["continuous"], episode_length=5)
+    models = make_models(env, spec["algo"])
+    cfg = {"rollouts": ROLLOUTS, "learning_epochs": 2, "mini_batches": 3, "grad_norm_clip": 0.05, **spec["cfg"]}
+    batched = make_agent(env, spec["algo"], cfg=dict(cfg), models=models)
+    loop = make_agent(env, spec["algo"], cfg=dict(cfg, batch_agent_models=False), models=copy.deepcopy(models))
+    assert [(g.uids, g.batched) for g in batched.groups] == [(env.possible_agents, True)]
+    assert [g.size for g in loop.groups] == [1, 1, 1]
+    before = [params(m) for uid in env.possible_agents for m in models[uid].values()]
+    for _ in lockstep(batched, loop, env, 3 * ROLLOUTS):
+        assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
+    after = [params(m) for uid in env.possible_agents for m in models[uid].values()]
+    assert max_difference(after, before) > 1e-3  # it learned: the comparison compares something
+
+
+def test_agent_masks_count_per_agent(monkeypatch):
+    """A dead agent's samples count in no loss: its model does not move; the others train as in the loop."""
+    monkeypatch.setattr(on_policy, "mini_batch_indexes", in_order)
+    torch.manual_seed(1)
+    env = make_spread_env(num_envs=4, num_agents=3)
+    models = make_models(env, "mappo")
+    cfg = {"rollouts": ROLLOUTS, "learning_epochs": 2, "mini_batches": 2}
+    batched = make_agent(env, cfg=dict(cfg), models=models)
+    loop = make_agent(env, cfg=dict(cfg, batch_agent_models=False), models=copy.deepcopy(models))
+    dead = [p.detach().clone() for p in models["agent_1"]["policy"].parameters()]
+
+    def kill_agent_1(t, infos):
+        infos["agent_mask"] = {"agent_1": torch.zeros(env.num_envs, 1, dtype=torch.bool)}
+        return infos
+
+    for _ in lockstep(batched, loop, env, 2 * ROLLOUTS, infos_fn=kill_agent_1):
+        assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
+    assert max_difference(list(models["agent_1"]["policy"].parameters()), dead) == 0.0
+
+
+def test_user_models_are_views_of_the_stack():
+    """An optimiser step on the stack is seen by the user's models, and loading a model writes into the stack."""
+    env = make_spread_env(num_envs=2, num_agents=3)
+    models = make_models(env)
+    agent = make_agent(env, models=models)
+    (group,) = agent.groups
+    stacked = group.stacked["policy"].params
+    name, first = next(iter(models["agent_2"]["policy"].named_parameters()))
+    with torch.no_grad():
+        stacked[name][2].add_(1.0)
+    assert torch.equal(first, stacked[name][2])
+    state = copy.deepcopy(models["agent_0"]["policy"].state_dict())
+    models["agent_2"]["policy"].load_state_dict(state)
+    assert torch.equal(stacked[name][2], stacked[name][0])
+
+
+def test_checkpoints_keep_the_per_agent_layout(tmp_path):
+    """A checkpoint of the loop loads into a batched agent and back, optimiser moments included."""
+    torch.manual_seed(2)
+    env = make_spread_env(num_envs=4, num_agents=3)
+    cfg = {
+        "rollouts": ROLLOUTS,
+        "learning_epochs": 1,
+        "mini_batches": 1,
+        "observation_preprocessor": RunningStandardScaler,
+    }
+    loop = make_agent(env, cfg=dict(cfg, batch_agent_models=False))
+    drive(loop, env, ROLLOUTS)  # one update: optimiser moments and statistics are not at their initial values
+    loop.save(str(tmp_path / "loop.pt"))
+    batched = make_agent(env, cfg=dict(cfg))
+    assert batched.groups[0].batched
+    batched.load(str(tmp_path / "loop.pt"))
+    assert max_difference(state_of(batched, env), state_of(loop, env)) == 0.0
+    batched.save(str(tmp_path / "batched.pt"))
+    again = make_agent(env, cfg=dict(cfg, batch_agent_models=False))
+    again.load(str(tmp_path / "batched.pt"))
+    assert max_difference(state_of(again, env), state_of(loop, env)) == 0.0
+
+
+def test_optimizer_view_refuses_other_parameter_groups():
+    env = make_spread_env(num_envs=2, num_agents=2)
+    agent = make_agent(env)
+    view = AgentOptimizerView(agent.groups[0].optimizer, 0)
+    state = view.state_dict()
+    state["param_groups"] = state["param_groups"][:1]
+    with pytest.raises(ValueError, match="other parameter groups"):
+        view.load_state_dict(state)
+
+
+def test_clip_per_agent_slice_equals_torch_per_agent():
+    torch.manual_seed(3)
+    stacked = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
+    for p in stacked:
+        p.grad = torch.randn_like(p) * torch.tensor([0.01, 1.0, 10.0]).view(3, *([1] * (p.dim() - 1)))
+    expected = []
+    for i in range(3):
+        own = [p[i].detach().clone().requires_grad_() for p in stacked]
+        for o, p in zip(own, stacked, strict=True):
+            o.grad = p.grad[i].clone()
+        torch.nn.utils.clip_grad_norm_(own, 0.5)
+        expected.append([o.grad for o in own])
+    clip_grad_norm_per_agent_(stacked, 0.5)
+    for i in range(3):
+        for got, want in zip((p.grad[i] for p in stacked), expected[i], strict=True):
+            torch.testing.assert_close(got, want)
+
+
+def test_which_agents_batch():
+    """Batched where the models allow it; the loop where the class or shapes differ, a model serves two roles, or
+    the update adapts to each agent's KL; never for shared models."""
+    env = make_spread_env(num_envs=2, num_agents=4)
+    models = make_models(env)
+    wide = GaussianMLP(
+        observation_space=env.observation_space("agent_3"), action_space=env.action_space("agent_3"), hidden_sizes=(8,)
+    )
+    models["agent_3"] = {"policy": wide, "value": models["agent_3"]["value"]}
+    agent = make_agent(env, models=models)
+    assert [(g.uids, g.batched) for g in agent.groups] == [
+        (["agent_0", "agent_1", "agent_2"], True),
+        (["agent_3"], False),
+    ]
+    assert [g.uids for g in make_agent(env, cfg={"learning_rate_scheduler": KLAdaptiveLR}).groups] == [
+        [uid] for uid in env.possible_agents
+    ]
+    assert [g.batched for g in make_agent(env, cfg={"kl_threshold": 0.1}).groups] == [False] * 4
+    shared = make_agent(env, models=make_models(env, shared=True))
+    assert [(g.size, g.batched) for g in shared.groups] == [(4, False)]
+
+
+def test_mixed_precision_trains_batched():
+    """Autocast and the grad scaler run through the batched call (bf16 on CPU) and the parameters stay finite."""
+    torch.manual_seed(4)
+    env = make_spread_env(num_envs=4, num_agents=3)
+    agent = make_agent(env, cfg={"rollouts": ROLLOUTS, "mixed_precision": True, "value_preprocessor": ValueNorm})
+    assert agent.groups[0].batched
+    before = [params(m) for m in agent.groups[0].unique_models()]
+    drive(agent, env, 2 * ROLLOUTS)
+    after = [params(m) for m in agent.groups[0].unique_models()]
+    assert all(torch.isfinite(a).all() for a in after)
+    assert max_difference(before, after) > 0
