@@ -3,7 +3,8 @@
 Runs on the null env (``skrl_marl_ext.envs.null``: a few tensor operations per step), so what is measured is the
 agents: acting, storing and the PPO updates (amortised over the rollout), in ms per env step. skrl 2.1.1 loops over
 the agents in Python with one optimiser each, so its cost grows linearly with the number of agents; a shared model
-runs all agents as one batch. Per agent count the variants run interleaved (A B C A B C ...), the table gives
+runs all agents as one batch, and so do per-agent models by default (``ours-per-agent``: their parameters stacked, one
+``torch.func`` call per role); ``ours-per-agent-loop`` (``batch_agent_models=False``) calls them one after another. Per agent count the variants run interleaved (A B C A B C ...), the table gives
 medians and the ratio skrl / ours (how many times faster ours is).
 
 The compute floor is the models' floating-point work per env step (:func:`bench_common.flops_per_env_step`, a
@@ -31,7 +32,9 @@ from bench_common import (
     train_frames_per_second,
 )
 
-VARIANTS = ("ours-shared", "ours-per-agent", "skrl-per-agent")
+VARIANTS = ("ours-shared", "ours-per-agent", "ours-per-agent-loop", "skrl-per-agent")
+LOOP_CFG = {"batch_agent_models": False}
+"""``ours-per-agent-loop``: per-agent models called one agent after the other (as skrl does) instead of batched."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,7 +73,10 @@ def make(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg, seed:
         num_envs=args.num_envs, num_agents=num_agents, obs_size=args.obs_size, device=args.device, seed=seed
     )
     owner, models = variant.split("-", 1)
-    agent = make_agent(f"{owner}-{algo}", env, shared=models == "shared", cfg=cfg, device=args.device, seed=seed)
+    extra = LOOP_CFG if variant == "ours-per-agent-loop" else None
+    agent = make_agent(
+        f"{owner}-{algo}", env, shared=models == "shared", cfg=cfg, device=args.device, seed=seed, ours_cfg=extra
+    )
     return agent, env
 
 

@@ -78,8 +78,8 @@ def make_models(env, *, algo: str, shared: bool, cfg: TrainCfg, device: str) -> 
     return {uid: pair(uid) for uid in env.possible_agents}
 
 
-def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed: int = 0):
-    """One of :data:`ALGOS` on ``env``, models seeded with ``seed``."""
+def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed: int = 0, ours_cfg=None):
+    """One of :data:`ALGOS` on ``env``, models seeded with ``seed``; ``ours_cfg`` adds config fields of ours."""
     if shared and algo.startswith("skrl"):
         raise ValueError("--shared applies to ours only: skrl's MAPPO/IPPO cannot group agents")
     torch.manual_seed(seed)
@@ -102,7 +102,8 @@ def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed
         from skrl_marl_ext import IPPO, MAPPO
 
         cls = MAPPO if algo == "ours-mappo" else IPPO
-        return cls(cfg={**common, "experiment": {"write_interval": 0, "checkpoint_interval": 0}}, **spaces)
+        quiet = {"experiment": {"write_interval": 0, "checkpoint_interval": 0}}
+        return cls(cfg={**common, **quiet, **(ours_cfg or {})}, **spaces)
     if algo == "skrl-mappo":
         from skrl.multi_agents.torch.mappo import MAPPO as cls
         from skrl.multi_agents.torch.mappo import MAPPO_CFG as cfg_cls

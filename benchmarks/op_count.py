@@ -117,27 +117,14 @@ def supports_loop_cfg() -> bool:
 
 def build(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg):
     """Env and agent of ``variant`` with ``bench_common``'s builders (``LOOP_CFG`` added for the loop variant)."""
-    import skrl_marl_ext
     from skrl_marl_ext.envs.null import make_null_env
 
     env = make_null_env(num_envs=args.num_envs, num_agents=num_agents, obs_size=args.obs_size, device=args.device)
     owner = variant.split("-", 1)[0]
     kwargs = {"shared": variant == "ours-shared", "cfg": cfg, "device": args.device}
-    if variant != "ours-per-agent-loop":
-        return make_agent(f"{owner}-{algo}", env, **kwargs), env
-    # make_agent imports the class from skrl_marl_ext when called: hand it one that adds LOOP_CFG to the config
-    originals = {name: getattr(skrl_marl_ext, name) for name in ("MAPPO", "IPPO")}
-
-    def with_loop_cfg(cls):
-        return lambda *, cfg, **rest: cls(cfg={**cfg, **LOOP_CFG}, **rest)
-
-    try:
-        for name, cls in originals.items():
-            setattr(skrl_marl_ext, name, with_loop_cfg(cls))
-        return make_agent(f"{owner}-{algo}", env, **kwargs), env
-    finally:
-        for name, cls in originals.items():
-            setattr(skrl_marl_ext, name, cls)
+    if variant == "ours-per-agent-loop":
+        kwargs["ours_cfg"] = LOOP_CFG
+    return make_agent(f"{owner}-{algo}", env, **kwargs), env
 
 
 def optimizers_of(agent) -> list[torch.optim.Optimizer]:

@@ -7,7 +7,8 @@ import copy
 
 import pytest
 import torch
-from helpers import drive, make_agent, make_models, one_thread, params  # noqa: F401
+from helpers import QUIET, drive, make_agent, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
+from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
@@ -234,3 +235,48 @@ def test_mixed_precision_trains_batched():
     after = [params(m) for m in agent.groups[0].unique_models()]
     assert all(torch.isfinite(a).all() for a in after)
     assert max_difference(before, after) > 0
+
+
+# ---------------------------------------------------------------- MADDPG
+
+
+def same_noise_gumbel_softmax(logits, tau=1.0, hard=False):
+    """torch's straight-through Gumbel-softmax with noise that depends on the row of the batch only: each agent's
+    block of a batched call gets what the loop draws for that agent (torch draws the noise of G * B rows at once in
+    one, and of B rows G times in the other, which are different numbers)."""
+    rows, batch = logits.shape[0], 24
+    noise = -torch.empty(batch, logits.shape[-1]).exponential_(generator=torch.Generator().manual_seed(0)).log()
+    y_soft = ((logits + noise.repeat(rows // batch, 1)) / tau).softmax(dim=-1)
+    index = y_soft.argmax(dim=-1, keepdim=True)
+    return torch.zeros_like(y_soft).scatter_(-1, index, 1.0) - y_soft.detach() + y_soft
+
+
+@pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "discrete"])
+@pytest.mark.parametrize("preprocessors", [False, True], ids=["plain", "scalers"])
+def test_batched_maddpg_equals_the_per_agent_loop(continuous, preprocessors, monkeypatch):
+    """Both agents read one replay (the same memories) and take gradient steps from the same seed: the N critics, N
+    target critics and N policies as one call each train as the loop does, within 1e-6."""
+    monkeypatch.setattr(torch.nn.functional, "gumbel_softmax", same_noise_gumbel_softmax)
+    torch.manual_seed(5)
+    env = make_spread_env(num_envs=4, num_agents=3, continuous=continuous, episode_length=6)
+    models = make_maddpg_models(env)
+    memories = {uid: RandomMemory(memory_size=32, num_envs=env.num_envs) for uid in env.possible_agents}
+    cfg = {"batch_size": 24, "learning_starts": 10**9, "grad_norm_clip": 0.05, "polyak": 0.3, "experiment": QUIET}
+    if preprocessors:
+        cfg.update(observation_preprocessor=RunningStandardScaler, state_preprocessor=RunningStandardScaler)
+    batched = make_maddpg(env, models=models, memories=memories, cfg=dict(cfg))
+    loop_models = copy.deepcopy(models)
+    loop = make_maddpg(env, models=loop_models, memories=memories, cfg=dict(cfg, batch_agent_models=False))
+    assert [(g.size, g.batched) for g in batched.groups] == [(3, True)]
+    assert [g.size for g in loop.groups] == [1, 1, 1]
+    drive(batched, env, 16)  # fills the shared replay; no learning yet
+    loop.init()
+    loop.enable_training_mode(True)
+    before = [params(m) for uid in env.possible_agents for m in models[uid].values()]
+    for step in range(4):
+        for agent in (batched, loop):
+            torch.manual_seed(100 + step)  # the same rows (and Gumbel noise) for both
+            agent._gradient_step()
+        assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
+    after = [params(m) for uid in env.possible_agents for m in models[uid].values()]
+    assert max_difference(after, before) > 1e-4

@@ -143,6 +143,7 @@ MADDPG_FIELDS = {
     "rewards_shaper": st.sampled_from([None, _shaper]),
     "mixed_precision": st.booleans(),
     "non_finite": st.sampled_from(["raise", "skip"]),
+    "batch_agent_models": st.booleans(),
 }
 
 

@@ -155,7 +155,9 @@ def _consistent(states, obs_size):
 
 def test_one_index_set_is_drawn_for_every_memory():
     env = spread(num_envs=4, num_agents=3, continuous=True, seed=0)
-    agent = make_agent(env, {"batch_size": 128, "learning_starts": 10**9}, env_states=False)
+    # the loop: agent_0's critic alone sees the sampled rows (batched, its compute would run inside torch.vmap)
+    cfg = {"batch_size": 128, "learning_starts": 10**9, "batch_agent_models": False}
+    agent = make_agent(env, cfg, env_states=False)
     drive(agent, env, 40)
     obs_size = env.observation_space("agent_0").shape[0]
 
@@ -297,7 +299,9 @@ def test_targets_follow_polyak_after_each_gradient_step():
 
 def test_discrete_actor_gradient_flows_through_gumbel_into_the_acting_agent_only():
     env = spread(num_envs=4, num_agents=3, continuous=False)
-    agent = make_agent(env, {"batch_size": 32, "learning_starts": 10**9})
+    agent = make_agent(
+        env, {"batch_size": 32, "learning_starts": 10**9, "batch_agent_models": False}
+    )  # the loop: gradients reach each model's own parameters (batched: the stack; equal, test_batched.py)
     drive(agent, env, 20)
     batch = agent.sample_batch()
     taken = {u: agent._encode_actions(u, batch[u]["actions"]) for u in env.possible_agents}
@@ -373,7 +377,9 @@ def test_random_timesteps_act_uniformly_then_the_policy_acts(continuous):
 
 def test_masked_agents_contribute_zero_gradient():
     env = spread(num_envs=4, num_agents=2, continuous=True, agent_masks=True)
-    agent = make_agent(env, {"batch_size": 32, "learning_starts": 10**9})
+    agent = make_agent(
+        env, {"batch_size": 32, "learning_starts": 10**9, "batch_agent_models": False}
+    )  # the loop: gradients reach each model's own parameters (batched: the stack; equal, test_batched.py)
     drive(agent, env, 30)
     assert agent.memories["agent_0"].tensors["agent_mask"].dtype == torch.bool
     agent.memories["agent_1"].tensors["agent_mask"].fill_(False)  # agent_1 dead in every stored step
@@ -809,8 +815,10 @@ def test_target_next_actions_are_allowed_greedy_actions_of_the_stored_next_masks
 
 def test_actor_gumbel_action_is_zero_on_masked_actions_with_finite_gradients():
     env = RandomMaskSpread(num_envs=8)
-    cfg = {"batch_size": 64, "learning_starts": 10**9, "gumbel_temperature": 0.25}
-    agent = drive(make_agent(env, cfg, hidden=(16,)), env, 12)
+    cfg = {"batch_size": 64, "learning_starts": 10**9, "gumbel_temperature": 0.25, "batch_agent_models": False}
+    agent = drive(
+        make_agent(env, cfg, hidden=(16,)), env, 12
+    )  # the loop: gradients reach each model's own parameters (batched: the stack; equal, test_batched.py)
     batch = agent.sample_batch()
     taken = {u: agent._encode_actions(u, batch[u]["actions"]) for u in env.possible_agents}
     group = agent.group_of["agent_1"]
@@ -877,7 +885,7 @@ def test_gumbel_max_actions_draw_only_allowed_actions_uniformly():
 
 
 UNMASKED_POLICY = (
-    r"agents \['agent_0'\] receive action masks \({}\) but their policy \(PlainCategorical\) ignores them .*"
+    r"agents \['agent_0'(, 'agent_1')?\] receive action masks \({}\) but their policy \(PlainCategorical\) ignores them .*"
     r"skrl_marl_ext\.models\.MaskedCategoricalMixin .*skrl_marl_ext\.models\.CategoricalMLP"
 )
 

@@ -30,14 +30,14 @@ from skrl.multi_agents.torch import MultiAgent
 from skrl.utils.spaces.torch import unflatten_tensorized_space
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.batched import clip_grad_norm_per_agent_
+from skrl_marl_ext.agents.batched import StackedPreprocessor, clip_grad_norm_per_agent_
 from skrl_marl_ext.agents.checkpoint import load_checkpoint
 from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
 from skrl_marl_ext.agents.validation import check_agent_inputs
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
-from skrl_marl_ext.preprocessors import identity
+from skrl_marl_ext.preprocessors import identity, make_preprocessor
 
 SHARED_GROUP_FIELDS = (
     "discount_factor",
@@ -178,6 +178,16 @@ class GroupedMultiAgent(MultiAgent):
             group.stack_models()
             groups.append(group)
         return groups
+
+    def _make_preprocessor(self, group: AgentGroup, kind: str, size: Any) -> Any:
+        """The group's ``cfg.<kind>_preprocessor``: one for a shared model, each agent's own (stacked) for a batched
+        group, the identity when none."""
+        cls, kwargs = group.cfg[f"{kind}_preprocessor"], group.cfg[f"{kind}_preprocessor_kwargs"]
+        if not cls:
+            return identity
+        if not group.batched:
+            return make_preprocessor(cls, kwargs, size=size, device=self.device)
+        return StackedPreprocessor([make_preprocessor(cls, kwargs, size=size, device=self.device) for _ in group.uids])
 
     def _note_mask_in_observations(self, group: AgentGroup) -> None:
         """Mark a Discrete group whose Dict observation space carries the action mask (its policy must honour it)."""

@@ -127,11 +127,15 @@ class StackedModel(StackedModules):
         outputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in outputs.items()}
         # the mixin's act (sampling, log-probabilities, the kept distribution) once, on all rows, through the first
         # agent's model with its compute answered by the map's result
+        own = self.base.__dict__.get("compute")  # a compute set on the instance (e.g. a wrapper) is put back
         self.base.compute = lambda _inputs, _role="": (output, dict(outputs))
         try:
             return self.base.act(inputs, role=role)
         finally:
-            del self.base.compute
+            if own is None:
+                del self.base.compute
+            else:
+                self.base.compute = own
 
 
 STACKABLE_PREPROCESSORS = (ValueNorm,)

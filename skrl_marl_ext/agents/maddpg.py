@@ -60,6 +60,13 @@ from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent
+from skrl_marl_ext.agents.batched import (
+    AgentOptimizerView,
+    StackedPreprocessor,
+    apply_preprocessor,
+    stackable_preprocessor,
+    update_preprocessor,
+)
 from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
 from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.agents.replay import JointReplay
@@ -74,7 +81,7 @@ from skrl_marl_ext.keys import (
 )
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.models.masked_categorical import mask_logits
-from skrl_marl_ext.preprocessors import identity, make_preprocessor, update_statistics
+from skrl_marl_ext.preprocessors import identity
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
 """Model roles every agent needs (skrl DDPG's names)."""
@@ -157,6 +164,14 @@ class MADDPG(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ construction
 
+    def _batchable(self, uid: str) -> bool:
+        """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off or a preprocessor's
+        statistics cannot be stacked."""
+        preprocessors = ("observation_preprocessor", "state_preprocessor")
+        return self.cfg.batch_agent_models and all(
+            stackable_preprocessor(self.cfg.value_for(name, uid)) for name in preprocessors
+        )
+
     def _check_action_spaces(self, action_spaces: dict, possible_agents: list[str]) -> None:
         for uid in possible_agents:
             action_encoding_size(action_spaces[uid])  # Box and Discrete only
@@ -175,42 +190,18 @@ class MADDPG(GroupedMultiAgent):
         return gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
 
     def _set_up_group(self, group: MADDPGGroup) -> None:
-        name = type(self).__name__
         cfg = group.cfg
         group.critic_state_space = self._critic_state_space(group.uids[0])
         group.joint_columns = self._joint_columns(group)
         self._check_models(group)
 
-        group.observation_preprocessor = make_preprocessor(
-            cfg["observation_preprocessor"],
-            cfg["observation_preprocessor_kwargs"],
-            size=group.observation_space,
-            device=self.device,
-        )
-        group.state_preprocessor = make_preprocessor(
-            cfg["state_preprocessor"],
-            cfg["state_preprocessor_kwargs"],
-            size=group.critic_state_space,
-            device=self.device,
-        )
+        group.observation_preprocessor = self._make_preprocessor(group, "observation", group.observation_space)
+        group.state_preprocessor = self._make_preprocessor(group, "state", group.critic_state_space)
 
-        # targets: frozen copies of the online models
-        for target, online, role in (
-            (group.target_policy, group.policy, "policy"),
-            (group.target_critic, group.critic, "critic"),
-        ):
-            try:
-                target.load_state_dict(online.state_dict())
-            except RuntimeError as e:
-                raise ValueError(
-                    f"{name}: target_{role} of agents {group.uids} does not have the architecture of their {role} "
-                    f"({e}); build it with the same class and arguments"
-                ) from e
-            target.freeze_parameters(True)
-
+        self._copy_targets(group)
         actor_lr, critic_lr = cfg["actor_learning_rate"], cfg["critic_learning_rate"]
-        group.policy_optimizer = torch.optim.Adam(group.policy.parameters(), lr=actor_lr)
-        group.critic_optimizer = torch.optim.Adam(group.critic.parameters(), lr=critic_lr)
+        group.policy_optimizer = torch.optim.Adam(group.parameters("policy"), lr=actor_lr)
+        group.critic_optimizer = torch.optim.Adam(group.parameters("critic"), lr=critic_lr)
         (actor_scheduler, critic_scheduler) = cfg["learning_rate_scheduler"]
         (actor_kwargs, critic_kwargs) = cfg["learning_rate_scheduler_kwargs"]
         if actor_scheduler:
@@ -227,13 +218,35 @@ class MADDPG(GroupedMultiAgent):
             else:
                 group.noise = copy.deepcopy(self.cfg.exploration_noise)
 
-        modules = {role: group.models[role] for role in ROLES}
+        modules = dict(group.agent_models) if group.batched else {role: group.models[role] for role in ROLES}
         modules.update(policy_optimizer=group.policy_optimizer, critic_optimizer=group.critic_optimizer)
+        if group.batched:  # each agent its part of the optimisers
+            for key in ("policy_optimizer", "critic_optimizer"):
+                modules[key] = [AgentOptimizerView(modules[key], i) for i in range(group.size)]
         modules.update(policy_scheduler=group.policy_scheduler, critic_scheduler=group.critic_scheduler)
-        modules.update(
-            observation_preprocessor=group.observation_preprocessor, state_preprocessor=group.state_preprocessor
-        )
+        for key in ("observation_preprocessor", "state_preprocessor"):
+            preprocessor = getattr(group, key)
+            modules[key] = preprocessor.modules if isinstance(preprocessor, StackedPreprocessor) else preprocessor
         self._register_checkpoint(group, modules)
+
+    def _copy_targets(self, group: MADDPGGroup) -> None:
+        """Targets start as frozen copies of the online models (each agent's of a batched group)."""
+        name = type(self).__name__
+        roles = (("target_policy", "policy"), ("target_critic", "critic"))
+        for target_role, role in roles:
+            targets = group.agent_models[target_role] if group.batched else [group.models[target_role]]
+            onlines = group.agent_models[role] if group.batched else [group.models[role]]
+            for target, online in zip(targets, onlines, strict=True):
+                try:
+                    target.load_state_dict(online.state_dict())
+                except RuntimeError as e:
+                    raise ValueError(
+                        f"{name}: {target_role} of agents {group.uids} does not have the architecture of their "
+                        f"{role} ({e}); build it with the same class and arguments"
+                    ) from e
+                target.freeze_parameters(True)
+            for stacked in group.parameters(target_role):
+                stacked.requires_grad_(False)
 
     def _joint_columns(self, group: MADDPGGroup) -> torch.Tensor:
         """The columns of each of the group's agents' action in the joint action, ``(G, action encoding size)``."""
@@ -359,9 +372,11 @@ class MADDPG(GroupedMultiAgent):
         mask = self._action_mask(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
             return self._random_actions(group, G * n, mask), {}, None
-        obs = group.observation_preprocessor(raw_obs.reshape(G * n, -1))
+        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * n, -1)
         raw_states = stack_agents(states, group.uids) if self.env_states and states else None
-        st = group.state_preprocessor(raw_states.reshape(G * n, -1)) if raw_states is not None else None
+        st = None
+        if raw_states is not None:
+            st = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0).reshape(G * n, -1)
         inputs = {"observations": obs, "states": st}
         if mask is not None:
             inputs[ACTION_MASK_KEY] = mask
@@ -511,28 +526,30 @@ class MADDPG(GroupedMultiAgent):
         G = group.size
         raw_obs = torch.stack([batch[u][f"{prefix}observations"] for u in group.uids])  # (G, B, o)
         B = raw_obs.shape[1]
-        obs = group.observation_preprocessor(raw_obs.reshape(G * B, -1))
+        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * B, -1)
         if self.env_states:
             raw_states = torch.stack([batch[u][f"{prefix}states"] for u in group.uids])  # (G, B, S)
-            states = group.state_preprocessor(raw_states.reshape(G * B, -1))
+            states = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0).reshape(G * B, -1)
             return obs, states, states
         joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)
-        critic_states = group.state_preprocessor(joint_obs)
-        critic_states = critic_states.unsqueeze(0).expand(G, *critic_states.shape).reshape(G * B, -1)
+        critic_states = apply_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), agent_dim=0)
+        critic_states = critic_states.expand(G, *critic_states.shape[1:]).reshape(G * B, -1)
         return obs, None, critic_states
 
     def _update_statistics(self, group: MADDPGGroup, batch: dict) -> None:
         mask = torch.stack([batch[u]["agent_mask"] for u in group.uids])  # (G, B, 1)
         if group.observation_preprocessor is not identity:
             obs = torch.stack([batch[u]["observations"] for u in group.uids])
-            update_statistics(group.observation_preprocessor, obs, mask)
+            update_preprocessor(group.observation_preprocessor, obs, mask, agent_dim=0)
         if group.state_preprocessor is not identity:
             if self.env_states:
                 states = torch.stack([batch[u]["states"] for u in group.uids])
-                update_statistics(group.state_preprocessor, states, mask)
-            else:
+                update_preprocessor(group.state_preprocessor, states, mask, agent_dim=0)
+            else:  # one joint observation for the group: where any agent is alive (each agent's own: where it is)
                 joint_obs = torch.cat([batch[u]["observations"] for u in self.possible_agents], dim=-1)
-                update_statistics(group.state_preprocessor, joint_obs, mask.any(dim=0))
+                own = isinstance(group.state_preprocessor, StackedPreprocessor)
+                mask = mask if own else mask.any(dim=0, keepdim=True)
+                update_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), mask, agent_dim=0)
 
     def _joint(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([parts[u] for u in self.possible_agents], dim=-1)
@@ -558,7 +575,7 @@ class MADDPG(GroupedMultiAgent):
                 mask = self._group_action_mask(group, batch, next_=True)
                 if mask is not None:
                     inputs[ACTION_MASK_KEY] = mask
-                a, out = group.target_policy.act(inputs, role="target_policy")
+                a, out = group.act("target_policy", inputs)
                 if group.discrete:
                     logits = mask_logits(self._logits(group.target_policy, "target_policy"), mask)
                     a = one_hot_actions(logits.argmax(dim=-1), group.num_actions)
@@ -598,8 +615,8 @@ class MADDPG(GroupedMultiAgent):
         _, _, critic_st = self._group_inputs(group, batch, next_=False)
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             with torch.no_grad():
-                next_q, _ = group.target_critic.act(
-                    {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}, role="target_critic"
+                next_q, _ = group.act(
+                    "target_critic", {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
                 )
                 target = td_target(
                     rewards=self._per_agent(group, batch, "rewards"),
@@ -607,10 +624,10 @@ class MADDPG(GroupedMultiAgent):
                     terminated=self._per_agent(group, batch, "terminated"),
                     discount_factor=cfg["discount_factor"],
                 )
-            q, _ = group.critic.act({"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)}, role="critic")
+            q, _ = group.act("critic", {"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)})
             q = q.float().view(G, B, 1)
             error = (q - target) ** 2
-            loss = masked_mean(error, mask)
+            loss = self._group_mean(group, error, mask)
         return loss, {"q": q.detach(), "target": target, "error": error.detach(), "mask": mask}
 
     def _actor_joint(self, group: MADDPGGroup, joint_taken: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
@@ -643,7 +660,7 @@ class MADDPG(GroupedMultiAgent):
         if action_mask is not None:
             inputs[ACTION_MASK_KEY] = action_mask
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            a, out = group.policy.act(inputs, role="policy")
+            a, out = group.act("policy", inputs)
             if group.discrete:
                 a = gumbel_softmax_st(
                     logits=self._logits(group.policy, "policy").float(),
@@ -653,10 +670,16 @@ class MADDPG(GroupedMultiAgent):
             a = a.float().view(G, -1, a.shape[-1])
             B = a.shape[1]
             joint = self._actor_joint(group, joint_taken, a)
-            q_pi, _ = group.critic.act({"states": critic_st, "taken_actions": joint.reshape(G * B, -1)}, role="critic")
+            q_pi, _ = group.act("critic", {"states": critic_st, "taken_actions": joint.reshape(G * B, -1)})
             q_pi = q_pi.float().view(G, B, 1)
-            loss = -masked_mean(q_pi, mask)
+            loss = -self._group_mean(group, q_pi, mask)
         return loss, q_pi.detach()
+
+    @staticmethod
+    def _group_mean(group: MADDPGGroup, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """A group's loss from ``(G, B, 1)`` terms: the mean over all rows for a shared model, the sum of each
+        agent's own mean for a batched group (each model's gradient is its agent's loss alone)."""
+        return masked_mean(x, mask, dim=(1, 2)).sum() if group.batched else masked_mean(x, mask)
 
     def _gradient_step(self) -> None:
         """One gradient step of every group on one batch of joint transitions, then the target updates."""
@@ -677,9 +700,14 @@ class MADDPG(GroupedMultiAgent):
                 joint_next=joint_next,
                 next_critic_states=next_critic_states[group.index],
             )
-            self._optimizer_step(group.critic_optimizer, critic_loss, group.parameters("critic"), clip)
+            per_agent = group.batched
+            self._optimizer_step(
+                group.critic_optimizer, critic_loss, group.parameters("critic"), clip, per_agent=per_agent
+            )
             policy_loss, q_pi = self._actor_loss(group, batch, joint_taken=joint_taken)
-            self._optimizer_step(group.policy_optimizer, policy_loss, group.parameters("policy"), clip)
+            self._optimizer_step(
+                group.policy_optimizer, policy_loss, group.parameters("policy"), clip, per_agent=per_agent
+            )
 
             with torch.no_grad():
                 q, mask, big = c["q"], self._per_agent(group, batch, "agent_mask"), torch.finfo(torch.float32).max
@@ -699,8 +727,9 @@ class MADDPG(GroupedMultiAgent):
         self.scaler.update()  # once per gradient step, after every optimiser has stepped
         for group in self.groups:
             polyak = group.cfg["polyak"]
-            polyak_update_(target=group.target_policy.parameters(), online=group.policy.parameters(), polyak=polyak)
-            polyak_update_(target=group.target_critic.parameters(), online=group.critic.parameters(), polyak=polyak)
+            for role in ("policy", "critic"):  # stacked tensors for a batched group: one update for all agents
+                target, online = group.parameters(f"target_{role}"), group.parameters(role)
+                polyak_update_(target=target, online=online, polyak=polyak)
             for scheduler in (group.policy_scheduler, group.critic_scheduler):
                 if scheduler is not None:
                     scheduler.step()

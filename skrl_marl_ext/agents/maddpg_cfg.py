@@ -31,6 +31,7 @@ class MADDPG_CFG(MarlCfg):
         "exploration_timesteps",
         "rewards_shaper",
         "mixed_precision",
+        "batch_agent_models",
     )
 
     gradient_steps: int = 1
@@ -120,6 +121,16 @@ class MADDPG_CFG(MarlCfg):
     mixed_precision: bool = False
     """Run forward passes under ``torch.autocast`` (bf16 on CPU, fp16 on CUDA) with one ``GradScaler``."""
 
+    batch_agent_models: bool = True
+    """*New.* Run agents that have models of their own as one batch (``torch.func``: each role's parameters stacked,
+    one vmapped call per role, e.g. the ``N`` critics and the ``N`` target critics on the same joint rows as one call
+    each) instead of one agent after the other. Each agent keeps its own losses, gradient clipping, statistics and
+    checkpoint entries, so training is the per-agent loop's to float rounding. Agents batch where, role by role, their
+    models have the same class and parameter shapes and a model serves one role, their spaces and per-agent config
+    agree and the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or none).
+    Gradients then reach the stacked tensors, not the models' own parameters (hooks registered on those see none).
+    Off: the per-agent loop."""
+
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
             scheduler = self.learning_rate_scheduler[uid]
@@ -134,6 +145,8 @@ class MADDPG_CFG(MarlCfg):
     def validate(self, *, owner: str = "MADDPG") -> bool:
         """Check the value ranges; raise a ValueError naming the field and the accepted range."""
         check_choice(owner, "non_finite", self.non_finite, ("raise", "skip"))
+        if not isinstance(self.batch_agent_models, bool):
+            raise ValueError(f"{owner}: cfg.batch_agent_models must be True or False, got {self.batch_agent_models!r}")
         for name in ("batch_size", "gradient_steps"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -63,7 +63,7 @@ from skrl_marl_ext.keys import (
     FINAL_STATES_KEY,
 )
 from skrl_marl_ext.models.agent_id import append_agent_id
-from skrl_marl_ext.preprocessors import identity, make_preprocessor
+from skrl_marl_ext.preprocessors import identity
 
 GROUP_FIELDS = (
     *SHARED_GROUP_FIELDS,
@@ -297,16 +297,6 @@ class OnPolicyAgent(GroupedMultiAgent):
         else:
             group.state_preprocessor = self._make_preprocessor(group, "state", group.state_space)
         group.value_preprocessor = self._make_preprocessor(group, "value", 1)
-
-    def _make_preprocessor(self, group: OnPolicyGroup, kind: str, size: Any) -> Any:
-        """The group's ``cfg.<kind>_preprocessor``: one for a shared model, each agent's own (stacked) for a batched
-        group, the identity when none."""
-        cls, kwargs = group.cfg[f"{kind}_preprocessor"], group.cfg[f"{kind}_preprocessor_kwargs"]
-        if not cls:
-            return identity
-        if not group.batched:
-            return make_preprocessor(cls, kwargs, size=size, device=self.device)
-        return StackedPreprocessor([make_preprocessor(cls, kwargs, size=size, device=self.device) for _ in group.uids])
 
     def _zero_inputs(self, group: OnPolicyGroup, batch: int = 2) -> tuple[torch.Tensor, torch.Tensor | None]:
         rows = group.size * batch

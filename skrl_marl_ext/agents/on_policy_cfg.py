@@ -151,7 +151,8 @@ class OnPolicyCfg(MarlCfg):
     their models have the same class and parameter shapes and a model serves one role, their spaces and per-agent
     config agree, the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or
     none), and neither ``KLAdaptiveLR`` nor ``kl_threshold`` adapts the update to each agent's own KL (those keep the
-    per-agent loop). Off: the per-agent loop."""
+    per-agent loop). Gradients then reach the stacked tensors, not the models' own parameters (hooks registered on
+    those see none). Off: the per-agent loop."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
