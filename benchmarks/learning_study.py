@@ -12,7 +12,7 @@ Variants (:data:`VARIANTS`), all with the same models (policy and value MLPs 2x1
 Discrete actions), the same initial weights for a seed, and the agent config of ``skrl-marl train``
 (``skrl_marl_ext/configs/mappo.yaml`` / ``ippo.yaml``, agent section: rollouts 100, 4 epochs x 4 mini-batches, lr
 5e-4, ``RunningStandardScaler`` for observations and states, grad norm clip 1.0, no value clip, value loss scale 1.0,
-``time_limit_bootstrap`` on):
+``time_limit_bootstrap`` off, skrl's default; the ``-tlb`` variants turn it on):
 
 - ``skrl-mappo``, ``skrl-ippo``: skrl's ``skrl.multi_agents.torch.mappo.MAPPO`` / ``ippo.IPPO``;
 - ``mappo``, ``ippo``: ``skrl_marl_ext.MAPPO`` / ``IPPO``;
@@ -23,11 +23,11 @@ Discrete actions), the same initial weights for a seed, and the agent config of 
 Tasks: ``vmas:balance`` (default), ``vmas:navigation``, ``vmas:transport``, ``pettingzoo:mpe2.simple_spread_v3``
 (any ``skrl_marl_ext.envs.make_env`` spec works), each behind ``EpisodeRecorder``.
 
-The study (5 seeds x 5 variants on balance, 128 envs x 4000 steps = 512k frames per run; two runs at a time on a
+The study (10 seeds x 5 variants on balance, 128 envs x 4000 steps = 512k frames per run; two runs at a time on a
 2-core machine), then the tables and plots (``docs/images/learning_<task>.png``)::
 
     python benchmarks/learning_study.py --tasks vmas:balance --algos skrl-mappo,mappo,skrl-ippo,ippo,mappo-paper \\
-        --seeds 0,1,2,3,4 --jobs 2
+        --seeds 0-9 --jobs 2
     python benchmarks/learning_study.py --report
 
 Re-running the first command trains only what is missing. ``--tag`` marks rows (e.g. the code version they were

@@ -112,9 +112,14 @@ class StackedModel(StackedModules):
         self._compute = _Compute(self.base)
 
     def act(self, inputs: dict[str, Any], *, role: str) -> tuple[torch.Tensor, dict[str, Any]]:
-        """skrl's ``Model.act`` on agent-major rows ``(G * n, ...)``, each agent's rows through its own model."""
+        """skrl's ``Model.act`` on agent-major rows ``(G * n, ...)``, each agent's rows through its own model. A
+        3-dimensional input ``(G, n, size)`` is taken as stacked already (e.g. one state expanded to every agent)."""
         G = self.size
-        tensors = {k: v.reshape(G, -1, *v.shape[1:]) for k, v in inputs.items() if torch.is_tensor(v)}
+        tensors = {
+            k: v if v.dim() == 3 and v.shape[0] == G else v.reshape(G, -1, *v.shape[1:])
+            for k, v in inputs.items()
+            if torch.is_tensor(v)
+        }
         static = {k: v for k, v in inputs.items() if not torch.is_tensor(v)}
         prefixed = {f"model.{k}": v for k, v in {**self.params, **self.buffers}.items()}
 

@@ -349,13 +349,15 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     def _model_rows(self, group: OnPolicyGroup, obs: torch.Tensor, states: torch.Tensor | None):
         """Preprocessed ``(G, n, size)`` inputs (states ``(1, n, size)`` when shared) as agent-major model rows
-        ``(G * n, size [+ G])``: a shared state repeated per agent, one-hot agent ids appended when configured."""
+        ``(G * n, size [+ G])``: a shared state repeated per agent, one-hot agent ids appended when configured. A
+        batched group takes its states as ``(G, n, size)``: a shared state is then an expanded view, not G copies."""
         G = group.size
         obs = obs.reshape(-1, obs.shape[-1])
         if states is not None:
             if states.shape[0] != G:  # one state shared by the whole group
                 states = states.expand(G, *states.shape[1:])
-            states = states.reshape(-1, states.shape[-1])
+            if not group.batched:
+                states = states.reshape(-1, states.shape[-1])
         if group.id_size:
             obs = append_agent_id(obs, G)
             states = append_agent_id(states, G) if states is not None else None
@@ -696,7 +698,12 @@ class OnPolicyAgent(GroupedMultiAgent):
         def rows(x):  # contiguous: models may .view() their inputs
             return x.reshape(G * B, x.shape[-1]).contiguous() if x is not None else None
 
-        obs_rows, state_rows = rows(batch["observations"]), rows(batch["states"])  # one copy, two models
+        states = batch["states"]
+        if group.batched and states is not None and states.stride(0) == 0:
+            state_rows = states  # one state expanded to every agent: no copy (each agent's slice is contiguous)
+        else:
+            state_rows = rows(states)  # one copy, two models
+        obs_rows = rows(batch["observations"])
         with self._autocast():
             inputs = self._policy_inputs(obs_rows, state_rows, rows(batch["action_mask"]))
             inputs["taken_actions"] = rows(batch["actions"])
