@@ -1,4 +1,4 @@
-"""Aten ops per env step of multi-agent training: skrl 2.1.1's MAPPO/IPPO against this package's, side by side.
+"""Aten ops per env step of multi-agent training: skrl 2.1.1's MAPPO/IPPO against this package's, and our MADDPG.
 
 Every op that reaches the dispatcher's Python key while training runs is counted with a
 ``torch.utils._python_dispatch.TorchDispatchMode``: the ops of acting, of the env step, of ``record_transition`` and
@@ -24,8 +24,9 @@ The counts do not depend on ``--device``: the dispatch mode sees the same ops on
 handled here: ``torch.optim.Adam`` left at ``foreach=None`` (skrl's) loops over the parameters on CPU (some 8 ops per
 parameter tensor) but runs about 10 ``_foreach_*`` ops for all of them on CUDA. By default (``--adam-foreach cuda``)
 such optimisers are switched to ``foreach=True`` so that a CPU count is the count of a CUDA run; ``--adam-foreach
-device`` keeps torch's choice for ``--device``. (This package's agents always ask for ``foreach=True``;
-``clip_grad_norm_`` uses ``_foreach_norm`` on CPU and CUDA alike.)
+device`` keeps torch's choice for ``--device``. (This package's MAPPO/IPPO ask for ``foreach=True``; its MADDPG's
+two Adams per group are left at ``foreach=None`` and switched like skrl's; ``clip_grad_norm_`` uses
+``_foreach_norm`` on CPU and CUDA alike.)
 
 Procedure, per agent count and variant: build env and agent with ``bench_common``'s builders (the null env
 ``skrl_marl_ext.envs.null``, MLPs of ``skrl_marl_ext.models``, one config for both libraries), run one rollout and its
@@ -39,9 +40,23 @@ gives ops per env step, ``total / (2 * rollouts)``. Variants:
   skipped, with a note, where ``OnPolicyCfg`` has no ``batch_agent_models`` field;
 - ``ours-shared``: ours, one model pair shared by all agents.
 
-Example (a few minutes on 2 cores, most of it skrl and the loop variant at 64 agents)::
+MADDPG (``--algo maddpg``): skrl has no MADDPG, so ``skrl-per-agent`` is skipped (with a note) and the ratio column
+is ops relative to ``ours-per-agent-loop`` (the table's header says so; ``-`` where that variant was not run). Env,
+models and agent are ``benchmarks/maddpg_scaling.py``'s (:func:`maddpg_scaling.make_maddpg`): its built-in *spread*
+env (``skrl_marl_ext.envs.make_spread_env``; maddpg_scaling has no null env, so ``--obs-size`` does not apply: a
+spread agent observes ``4 + 2 * (agents - 1)`` numbers, the state is ``4 * agents``), a deterministic policy,
+target policy, Q critic and target critic per agent (``ours-per-agent``, batched; ``ours-per-agent-loop`` with
+``batch_agent_models=False``) or one set for all (``ours-shared``), MLPs of ``--hidden`` (ReLU, the MADDPG models'
+default), replay batches of ``--batch-size`` joint transitions, one gradient step per env step from
+``--learning-starts`` on. ``--warmup-steps`` env steps run uncounted (with the default 4 and 8, the last four of them
+already take gradient steps, so Adam's state and the replay are allocated), then ``--steps`` env steps are counted,
+each with its gradient step; the table gives ``total / steps``. ``--rollouts``, ``--epochs`` and ``--mini-batches``
+do not apply.
+
+Examples (a few minutes each on 2 cores, most of it skrl and the loop variant at 64 agents)::
 
     python benchmarks/op_count.py --agents 4,16,64 --algo mappo --by-op
+    python benchmarks/op_count.py --agents 4,16,64 --algo maddpg --by-phase
 """
 
 from __future__ import annotations
@@ -49,17 +64,23 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import gc
 import sys
 from collections import Counter
 
 import torch
 from bench_common import TrainCfg, make_agent, markdown_table
+from maddpg_scaling import make_maddpg
 from skrl.trainers.torch import SequentialTrainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from skrl_marl_ext.trainers import PHASES, interact
 
+ALGOS = ("mappo", "ippo", "maddpg")
 VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-loop", "ours-shared")
+NO_SKRL = frozenset({"maddpg"})
+"""Algorithms skrl does not have: no ``skrl-per-agent``; the ratio column is relative to :data:`NO_SKRL_BASELINE`."""
+NO_SKRL_BASELINE = "ours-per-agent-loop"
 LOOP_CFG = {"batch_agent_models": False}
 """Config of ``ours-per-agent-loop`` on top of the default."""
 EXTRA_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
@@ -107,18 +128,33 @@ class Count:
         return self.total / self.steps
 
 
-def supports_loop_cfg() -> bool:
-    """Whether this package's on-policy config has every key of :data:`LOOP_CFG`."""
-    from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
+def supports_loop_cfg(algo: str) -> bool:
+    """Whether this package's config of ``algo`` (``OnPolicyCfg`` or ``MADDPG_CFG``) has every key of :data:`LOOP_CFG`."""
+    if algo == "maddpg":
+        from skrl_marl_ext import MADDPG_CFG as cfg_class
+    else:
+        from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg as cfg_class
 
-    names = {field.name for field in dataclasses.fields(OnPolicyCfg)}
+    names = {field.name for field in dataclasses.fields(cfg_class)}
     return all(key in names for key in LOOP_CFG)
 
 
 def build(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg):
-    """Env and agent of ``variant`` with ``bench_common``'s builders (``LOOP_CFG`` added for the loop variant)."""
+    """Env and agent of ``variant`` with ``bench_common``'s builders (``LOOP_CFG`` added for the loop variant);
+    MADDPG's with ``maddpg_scaling``'s :func:`make_maddpg`."""
     from skrl_marl_ext.envs.null import make_null_env
 
+    if algo == "maddpg":
+        return make_maddpg(
+            num_agents,
+            num_envs=args.num_envs,
+            hidden=args.hidden,
+            batch_size=args.batch_size,
+            shared=variant == "ours-shared",
+            loop=variant == "ours-per-agent-loop",
+            device=args.device,
+            cfg={"learning_starts": args.learning_starts},
+        )
     env = make_null_env(num_envs=args.num_envs, num_agents=num_agents, obs_size=args.obs_size, device=args.device)
     owner = variant.split("-", 1)[0]
     kwargs = {"shared": variant == "ours-shared", "cfg": cfg, "device": args.device}
@@ -127,10 +163,14 @@ def build(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg):
     return make_agent(f"{owner}-{algo}", env, **kwargs), env
 
 
+OPTIMIZER_FIELDS = ("optimizer", "policy_optimizer", "critic_optimizer")
+"""Where our groups keep their optimisers (MAPPO/IPPO: one; MADDPG: one for the policies, one for the critics)."""
+
+
 def optimizers_of(agent) -> list[torch.optim.Optimizer]:
-    """skrl's optimisers (``agent.optimizers``, one per agent) and ours (one per group)."""
+    """skrl's optimisers (``agent.optimizers``, one per agent) and ours (per group, :data:`OPTIMIZER_FIELDS`)."""
     found = list(getattr(agent, "optimizers", {}).values())
-    found += [group.optimizer for group in getattr(agent, "groups", ()) if getattr(group, "optimizer", None)]
+    found += [getattr(g, name, None) for g in getattr(agent, "groups", ()) for name in OPTIMIZER_FIELDS]
     return [opt for opt in found if isinstance(opt, torch.optim.Optimizer)]
 
 
@@ -147,19 +187,22 @@ def use_cuda_foreach(agent) -> int:
     return changed
 
 
+TRAINER_CFG = {"headless": True, "disable_progressbar": True, "close_environment_at_exit": False}
+"""skrl trainer config: quiet, and no ``atexit`` hook (skrl's holds trainer, agent and env until exit, so every agent
+built here would stay in memory: some 13 GB of replay for a 64-agent MADDPG)."""
+
+
 def init_agent(agent, env, *, timesteps: int) -> None:
     """``agent.init()`` as skrl's trainers call it (bench_common does the same)."""
-    SequentialTrainer(
-        env=env, agents=agent, cfg={"timesteps": timesteps, "headless": True, "disable_progressbar": True}
-    )
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": timesteps, **TRAINER_CFG})
 
 
-def count_training_ops(agent, env, *, rollouts: int) -> tuple[int, dict[str, int], Counter]:
-    """Train one rollout uncounted, then count two: total ops, ops per phase (:data:`PHASES`) and ops by name.
+def count_training_ops(agent, env, *, warmup: int, counted: int) -> tuple[int, dict[str, int], Counter]:
+    """Train ``warmup`` env steps uncounted, then count ``counted``: total ops, ops per phase (:data:`PHASES`) and
+    ops by name.
 
-    ``agent`` is initialised (:func:`init_agent` with ``3 * rollouts`` timesteps).
+    ``agent`` is initialised (:func:`init_agent` with ``warmup + counted`` timesteps).
     """
-    warmup, counted = rollouts, 2 * rollouts
     total = warmup + counted
     agent.enable_training_mode(True)
     counter = OpCounter()
@@ -186,11 +229,12 @@ def count_training_ops(agent, env, *, rollouts: int) -> tuple[int, dict[str, int
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Prints a markdown table: ops per env step (updates amortised) and the ratio to skrl's.",
+        epilog="Prints a markdown table: ops per env step (updates amortised) and the ratio to skrl's (maddpg: to "
+        "ours-per-agent-loop's, skrl has no MADDPG).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--agents", default="4,16,64", help="comma-separated numbers of agents")
-    parser.add_argument("--algo", default="mappo", choices=("mappo", "ippo"))
+    parser.add_argument("--algo", default="mappo", choices=ALGOS)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
     parser.add_argument("--num-envs", type=int, default=64, help="envs stepped as one batch")
     parser.add_argument("--obs-size", type=int, default=16, help="null env observation size per agent")
@@ -198,6 +242,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--rollouts", type=int, default=16, help="env steps per update")
     parser.add_argument("--epochs", type=int, default=4, help="learning epochs per update")
     parser.add_argument("--mini-batches", type=int, default=4, help="mini-batches per epoch")
+    parser.add_argument("--batch-size", type=int, default=256, help="maddpg: joint transitions per gradient step")
+    parser.add_argument("--learning-starts", type=int, default=4, help="maddpg: env steps before the first update")
+    parser.add_argument("--warmup-steps", type=int, default=8, help="maddpg: uncounted env steps first")
+    parser.add_argument("--steps", type=int, default=32, help="maddpg: counted env steps")
     parser.add_argument("--device", default="cpu", help="torch device (the counts do not depend on it)")
     parser.add_argument(
         "--adam-foreach",
@@ -215,33 +263,50 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown --variants {unknown}; choose from {', '.join(VARIANTS)}")
     args.hidden = tuple(int(h) for h in args.hidden.split(","))
+    if args.algo == "maddpg" and args.learning_starts >= args.warmup_steps:
+        parser.error("--learning-starts must be below --warmup-steps: the warm-up must include gradient steps")
     return args
+
+
+def step_counts(args) -> tuple[int, int]:
+    """Uncounted and counted env steps: ``--warmup-steps`` and ``--steps`` for maddpg, else one rollout and two."""
+    if args.algo == "maddpg":
+        return args.warmup_steps, args.steps
+    return args.rollouts, 2 * args.rollouts
 
 
 def run_counts(args) -> list[Count]:
     """Count every variant of ``args.variants`` at every agent count."""
     cfg = TrainCfg(rollouts=args.rollouts, epochs=args.epochs, minibatches=args.mini_batches, hidden=args.hidden)
+    warmup, counted = step_counts(args)
     counts = []
     for num_agents in args.agents:
         for variant in args.variants:
             agent, env = build(variant, algo=args.algo, num_agents=num_agents, args=args, cfg=cfg)
-            init_agent(agent, env, timesteps=3 * args.rollouts)
+            init_agent(agent, env, timesteps=warmup + counted)
             if args.adam_foreach == "cuda":
                 use_cuda_foreach(agent)
-            total, phases, ops = count_training_ops(agent, env, rollouts=args.rollouts)
-            counts.append(Count(num_agents, variant, 2 * args.rollouts, total, phases, ops))
+            total, phases, ops = count_training_ops(agent, env, warmup=warmup, counted=counted)
+            counts.append(Count(num_agents, variant, counted, total, phases, ops))
+            del agent, env
+            gc.collect()  # free the agent (its replay: 13 GB for 64 MADDPG agents) before the next is built
             print(f"# {num_agents} agents, {variant}: {counts[-1].per_step:.0f} ops/step", file=sys.stderr)
     return counts
 
 
 def print_tables(counts: list[Count], args) -> None:
-    """Ops per env step against skrl's; growth from the fewest to the most agents; per phase and op if asked."""
-    skrl = {c.agents: c.per_step for c in counts if c.variant == "skrl-per-agent"}
+    """Ops per env step against skrl's (MADDPG: against ``ours-per-agent-loop``'s); growth from the fewest to the most
+    agents; per phase and op if asked."""
+    baseline = NO_SKRL_BASELINE if args.algo in NO_SKRL else "skrl-per-agent"
+    ratio_header = (
+        "ops / skrl" if baseline == "skrl-per-agent" else f"ops / {baseline} (skrl has no {args.algo.upper()})"
+    )
+    base = {c.agents: c.per_step for c in counts if c.variant == baseline}
     rows = [
-        [c.agents, c.variant, f"{c.per_step:.0f}", f"{c.per_step / skrl[c.agents]:.2f}" if c.agents in skrl else "-"]
+        [c.agents, c.variant, f"{c.per_step:.0f}", f"{c.per_step / base[c.agents]:.2f}" if c.agents in base else "-"]
         for c in counts
     ]
-    print(markdown_table(["agents", "variant", "ops per env step", "ops / skrl"], rows))
+    print(markdown_table(["agents", "variant", "ops per env step", ratio_header], rows))
     lo, hi = min(args.agents), max(args.agents)
     by_key = {(c.agents, c.variant): c for c in counts}
     variants = list(dict.fromkeys(c.variant for c in counts))
@@ -270,23 +335,51 @@ def write_csv(path: str, counts: list[Count], args) -> None:
             writer.writerow([args.algo, c.agents, c.variant, f"{c.per_step:.2f}", c.total, c.steps, *phases])
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if "ours-per-agent-loop" in args.variants and not supports_loop_cfg():
+def drop_unavailable_variants(args) -> None:
+    """Leave out (with a note) skrl's variant where skrl has no such algorithm, and the loop variant where the config
+    has no ``batch_agent_models``."""
+    if args.algo in NO_SKRL and "skrl-per-agent" in args.variants:
         print(
-            "note: skipping ours-per-agent-loop: OnPolicyCfg has no 'batch_agent_models' field "
+            f"note: skipping skrl-per-agent: skrl 2.1.1 has no {args.algo.upper()}; "
+            f"ratios are to {NO_SKRL_BASELINE} instead",
+            file=sys.stderr,
+        )
+        args.variants.remove("skrl-per-agent")
+    if "ours-per-agent-loop" in args.variants and not supports_loop_cfg(args.algo):
+        print(
+            "note: skipping ours-per-agent-loop: the config has no 'batch_agent_models' field "
             "(ours-per-agent is then unbatched too)",
             file=sys.stderr,
         )
         args.variants.remove("ours-per-agent-loop")
-    counts = run_counts(args)
-    print(
+
+
+def setting(args) -> str:
+    """The counted setting in words (the line above the tables)."""
+    warmup, counted = step_counts(args)
+    foreach = args.adam_foreach if args.adam_foreach == "cuda" else args.device
+    common = (
+        f"{counted} counted env steps after {warmup} uncounted, device {args.device}, Adam foreach as on {foreach}, "
+        "views not counted"
+    )
+    if args.algo == "maddpg":
+        return (
+            f"spread env (maddpg_scaling.py's; obs 4 + 2 x (agents - 1), state 4 x agents), maddpg, {args.num_envs} "
+            f"envs, MLP {args.hidden} relu, batch {args.batch_size}, 1 gradient step per env step from step "
+            f"{args.learning_starts}, {common}; ratios to {NO_SKRL_BASELINE} (skrl has no MADDPG)"
+        )
+    return (
         f"null env (obs {args.obs_size}, state {args.obs_size} x agents), {args.algo}, {args.num_envs} envs, MLP "
         f"{args.hidden} tanh, rollouts {args.rollouts}, {args.epochs} epochs x {args.mini_batches} mini-batches, "
-        f"{2 * args.rollouts} counted env steps after {args.rollouts} uncounted, device {args.device}, "
-        f"Adam foreach as on {args.adam_foreach if args.adam_foreach == 'cuda' else args.device}, "
-        f"views not counted\n"
+        f"{common}"
     )
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    drop_unavailable_variants(args)
+    counts = run_counts(args)
+    print(setting(args) + "\n")
     print_tables(counts, args)
     if args.csv:
         write_csv(args.csv, counts, args)

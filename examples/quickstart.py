@@ -1,9 +1,10 @@
 """Quickstart: MAPPO from this package trained by skrl's own SequentialTrainer on the built-in spread env.
 
-Three agents learn to cover three landmarks (team return per agent: random -26.6, learned about -11).
-Takes about a minute on 2 CPU cores and writes TensorBoard logs and checkpoints under runs/quickstart/.
-The last line printed compares the trained agent's deterministic episodes with random actions on the same 64 new
-goals (one run on 2 busy CPU cores: trained -14.1 vs random actions -27.5 per agent).
+Three agents learn to cover three landmarks (team return per agent: random -26.6, learned -11 to -19 depending on
+the run). Takes about 5 minutes of CPU time (2-core machine) and writes TensorBoard logs and checkpoints under
+runs/quickstart/. The last line printed compares the trained agent's deterministic episodes with random actions on the
+same 64 new goals (one run on a 2-core machine shared with other jobs: trained -18.5 vs random actions -27.5 per
+agent).
 
 Run: ``python examples/quickstart.py [--timesteps N] [--num-envs N]``.
 """

@@ -200,8 +200,8 @@ class MADDPG(GroupedMultiAgent):
 
         self._copy_targets(group)
         actor_lr, critic_lr = cfg["actor_learning_rate"], cfg["critic_learning_rate"]
-        group.policy_optimizer = torch.optim.Adam(group.parameters("policy"), lr=actor_lr)
-        group.critic_optimizer = torch.optim.Adam(group.parameters("critic"), lr=critic_lr)
+        group.policy_optimizer = torch.optim.Adam(group.parameters("policy"), lr=actor_lr, foreach=True)
+        group.critic_optimizer = torch.optim.Adam(group.parameters("critic"), lr=critic_lr, foreach=True)
         (actor_scheduler, critic_scheduler) = cfg["learning_rate_scheduler"]
         (actor_kwargs, critic_kwargs) = cfg["learning_rate_scheduler_kwargs"]
         if actor_scheduler:
@@ -411,13 +411,21 @@ class MADDPG(GroupedMultiAgent):
         """
         num_envs = next(iter(step["observations"].values())).shape[0]
         self.replay.check_num_envs(num_envs)
-        rows = {uid: self._agent_row(uid, step, infos, acted_masks, num_envs) for uid in self.possible_agents}
+        agent_masks = {  # each group's (G, num_envs, 1) agent mask, once per step
+            group.index: self._agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs)
+            for group in self.groups
+        }
+        rows = {
+            uid: self._agent_row(uid, step, infos, acted_masks, num_envs, agent_masks) for uid in self.possible_agents
+        }
         self._non_finite_skipped += self.replay.refuse_or_skip_non_finite(rows, skip=self.cfg.non_finite == "skip")
         self.replay.add(rows)
 
-    def _agent_row(self, uid: str, step: dict, infos: dict, acted_masks: Any, num_envs: int) -> dict[str, torch.Tensor]:
+    def _agent_row(
+        self, uid: str, step: dict, infos: dict, acted_masks: Any, num_envs: int, agent_masks: dict
+    ) -> dict[str, torch.Tensor]:
         """Agent ``uid``'s replay row of one step, ``{name: (num_envs, size)}``; zeros and a False agent mask when
-        the agent is absent from the observations."""
+        the agent is absent from the observations (``agent_masks``: each group's, by group index)."""
 
         def get(tensors, size, dtype=torch.float32):
             x = tensors.get(uid) if isinstance(tensors, dict) else None
@@ -426,7 +434,7 @@ class MADDPG(GroupedMultiAgent):
             return x.reshape(num_envs, -1).to(dtype)
 
         group = self.group_of[uid]
-        mask = self._agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs)
+        mask = agent_masks[group.index]
         reward = get(step["rewards"], 1)
         if self.cfg.rewards_shaper is not None:
             reward = self.cfg.rewards_shaper(reward, step["timestep"], step["timesteps"])

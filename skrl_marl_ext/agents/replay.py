@@ -92,8 +92,12 @@ class JointReplay:
         :param rows: ``{agent: {name: (num_envs, size)}}``, changed in place when skipping.
         :return: The number of (agent, env) rows masked out (a tensor).
         """
-        bad = {uid: {k: ~torch.isfinite(r[k]).all(dim=1) for k in CHECKED if k in r} for uid, r in rows.items()}
         count = torch.zeros((), dtype=torch.long, device=next(iter(next(iter(rows.values())).values())).device)
+        if not skip:  # one check of every agent's rows at once; the details only when something is not finite
+            checked = [r[k].reshape(r[k].shape[0], -1).float() for r in rows.values() for k in CHECKED if k in r]
+            if bool(torch.isfinite(torch.cat(checked, dim=1)).all()):
+                return count
+        bad = {uid: {k: ~torch.isfinite(r[k]).all(dim=1) for k in CHECKED if k in r} for uid, r in rows.items()}
         if skip:
             for uid, samples in rows.items():
                 flags = torch.stack(list(bad[uid].values())).any(dim=0)  # (num_envs,)
@@ -101,8 +105,6 @@ class JointReplay:
                     samples[k] = torch.where(torch.isfinite(samples[k]), samples[k], 0.0)
                 samples["agent_mask"] = samples["agent_mask"] & ~flags.view(-1, 1)
                 count = count + flags.sum()
-            return count
-        if not bool(torch.stack([flag.any() for tensors in bad.values() for flag in tensors.values()]).any()):
             return count
         for uid, tensors in bad.items():
             for key, flags in tensors.items():
