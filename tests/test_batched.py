@@ -280,3 +280,15 @@ def test_batched_maddpg_equals_the_per_agent_loop(continuous, preprocessors, mon
         assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
     after = [params(m) for uid in env.possible_agents for m in models[uid].values()]
     assert max_difference(after, before) > 1e-4
+
+
+def test_models_with_other_settings_do_not_batch():
+    """The mixin's settings (here: action clipping) are the first agent's for the whole batch, so they must agree."""
+    env = make_spread_env(num_envs=2, num_agents=3)
+    models = make_models(env)
+    space = env.action_space("agent_2")
+    models["agent_2"]["policy"] = GaussianMLP(
+        observation_space=env.observation_space("agent_2"), action_space=space, hidden_sizes=(32, 32), clip_actions=True
+    )
+    agent = make_agent(env, models=models)
+    assert [(g.uids, g.batched) for g in agent.groups] == [(["agent_0", "agent_1"], True), (["agent_2"], False)]

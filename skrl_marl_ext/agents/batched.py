@@ -35,14 +35,22 @@ from skrl_marl_ext.preprocessors import ValueNorm, merge_moments_, update_statis
 
 
 def stack_signature(module: nn.Module) -> tuple | None:
-    """What must agree for modules to be stacked: the class and every parameter's and buffer's name, shape, dtype
-    and device (and whether it requires grad). None for a module with lazy parameters not yet initialised (skrl's
-    instantiators build such; skrl's Runner initialises them): it cannot be stacked."""
+    """What must agree for modules to be stacked: the class, every parameter's and buffer's name, shape, dtype and
+    device (and whether it requires grad), and the plain settings of every submodule (numbers, strings, flags: e.g.
+    a mixin's action clipping, which the first agent's model applies to all). None for a module with lazy parameters
+    not yet initialised (skrl's instantiators build such; skrl's Runner initialises them): it cannot be stacked."""
     if any(nn.parameter.is_lazy(t) for t in (*module.parameters(), *module.buffers())):
         return None
     params = tuple((n, tuple(p.shape), p.dtype, p.device, p.requires_grad) for n, p in module.named_parameters())
     buffers = tuple((n, tuple(b.shape), b.dtype, b.device) for n, b in module.named_buffers())
-    return (type(module), params, buffers)
+    plain = (bool, int, float, str, type(None))
+    settings = tuple(
+        (name, key, value)
+        for name, sub in module.named_modules()
+        for key, value in sorted(vars(sub).items())
+        if isinstance(value, plain) and key != "training"
+    )
+    return (type(module), params, buffers, settings)
 
 
 class StackedModules:
