@@ -19,27 +19,10 @@ from skrl.trainers.torch import SequentialTrainer
 from skrl_marl_ext import IPPO, MADDPG, MAPPO, joint_action_space
 from skrl_marl_ext.envs import make_spread_env
 from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, ValueMLP
+from skrl_marl_ext.trainers import mean_episode_return
 
 QUIET = {"write_interval": 0, "checkpoint_interval": 0}
 PPO_CFG = {"rollouts": 32, "learning_epochs": 4, "mini_batches": 4, "learning_rate": 3e-3, "experiment": QUIET}
-
-
-def evaluate(agent, env, steps: int = 100) -> float:
-    """Mean return per agent of the episodes that end within ``steps`` deterministic steps."""
-    agent.enable_training_mode(False)
-    obs, _ = env.reset()
-    states = env.state()
-    running, finished = torch.zeros(env.num_envs), []
-    with torch.no_grad():
-        for t in range(steps):
-            _, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
-            obs, rewards, terminated, truncated, _ = env.step(outputs["mean_actions"])
-            states = env.state()
-            running += rewards["agent_0"].view(-1)
-            done = (terminated["agent_0"] | truncated["agent_0"]).view(-1)
-            finished += running[done].tolist()
-            running[done] = 0
-    return sum(finished) / len(finished)
 
 
 def on_policy(algo: str, seed: int) -> float:
@@ -62,7 +45,7 @@ def on_policy(algo: str, seed: int) -> float:
         cfg=PPO_CFG,
     )
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 2500, "disable_progressbar": True}).train()
-    return evaluate(agent, env)
+    return mean_episode_return(agent, env)
 
 
 def maddpg(continuous: bool, seed: int) -> float:
@@ -96,7 +79,7 @@ def maddpg(continuous: bool, seed: int) -> float:
     )
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
     eval_env = make_spread_env(num_envs=128, num_agents=num_agents, continuous=continuous, seed=123)
-    return evaluate(agent, eval_env)
+    return mean_episode_return(agent, eval_env)
 
 
 def main(argv=None) -> None:

@@ -29,7 +29,15 @@ from skrl.trainers.torch.step import StepTrainerCfg
 
 from skrl_marl_ext.keys import MEAN_ACTIONS_KEY
 
-__all__ = ["PHASES", "StepResult", "StepTrainer", "StepTrainerCfg", "interact", "track_phase_times"]
+__all__ = [
+    "PHASES",
+    "StepResult",
+    "StepTrainer",
+    "StepTrainerCfg",
+    "interact",
+    "mean_episode_return",
+    "track_phase_times",
+]
 
 PHASES = ("pre_interaction", "act", "env", "record", "post_interaction")
 """The phases of :func:`interact`, in order, as its ``on_phase`` hook names them (``env`` is ``env.step`` and
@@ -147,6 +155,26 @@ def interact(
         MultiAgent.post_interaction(agent, timestep=timestep, timesteps=timesteps)
     _lap(on_phase, "post_interaction", start)
     return StepResult(actions, next_observations, next_states, rewards, terminated, truncated, infos)
+
+
+def mean_episode_return(agent: MultiAgent, env: Any, *, steps: int = 100, uid: str | None = None) -> float:
+    """Mean return of agent ``uid`` (the first agent when None) over the episodes that end within ``steps`` steps of
+    the agent in evaluation mode, acting with its mean/greedy actions (:func:`interact` with ``deterministic``), from a
+    reset of ``env``; NaN when no episode ends. One host read per step.
+    """
+    uid = uid or env.possible_agents[0]
+    agent.enable_training_mode(False)
+    obs, _ = env.reset()
+    states = env.state()
+    running, finished = torch.zeros(env.num_envs), []
+    for t in range(steps):
+        step = interact(agent, env, obs, states, timestep=t, timesteps=steps, learn=False, deterministic=True)
+        obs, states = step.next_observations, step.next_states
+        running += step.rewards[uid].view(-1).cpu()
+        done = (step.terminated[uid] | step.truncated[uid]).view(-1).cpu()
+        finished += running[done].tolist()
+        running[done] = 0.0
+    return sum(finished) / len(finished) if finished else float("nan")
 
 
 class StepTrainer(_SkrlStepTrainer):

@@ -9,6 +9,8 @@ import torch
 from helpers import QUIET, make_agent, make_models, spread
 from skrl.trainers.torch import SequentialTrainer
 
+from skrl_marl_ext.trainers import mean_episode_return
+
 LEARNING_CFG = {
     "rollouts": 32,
     "learning_epochs": 4,
@@ -20,21 +22,7 @@ THRESHOLD = -17.0  # documented in README.md ("Learning results")
 
 
 def evaluate(agent, env, steps=100):
-    agent.enable_training_mode(False)
-    obs, _ = env.reset()
-    states = env.state()
-    running = torch.zeros(env.num_envs)
-    finished = []
-    with torch.no_grad():
-        for t in range(steps):
-            _, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
-            obs, rewards, term, trunc, _ = env.step(outputs["mean_actions"])
-            states = env.state()
-            running += rewards["agent_0"].view(-1)
-            done = (term["agent_0"] | trunc["agent_0"]).view(-1)
-            finished += running[done].tolist()
-            running[done] = 0
-    return sum(finished) / len(finished)
+    return mean_episode_return(agent, env, steps=steps)
 
 
 @pytest.mark.parametrize("algo", ["mappo", "ippo"])

@@ -22,7 +22,7 @@ from skrl_marl_ext.functional import (
 )
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions, sample_gumbel
 from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, mask_logits
-from skrl_marl_ext.trainers import StepTrainer
+from skrl_marl_ext.trainers import StepTrainer, mean_episode_return
 
 
 @pytest.fixture(autouse=True)
@@ -82,21 +82,7 @@ def make_agent(env, cfg=None, *, models=None, memories=None, env_states=True, **
 def evaluate(agent, num_agents, *, continuous, steps=100, num_envs=128):
     """Mean team return per episode of the greedy policies (the trainers' evaluation path)."""
     env = spread(num_envs=num_envs, num_agents=num_agents, continuous=continuous, seed=123)
-    agent.enable_training_mode(False)
-    obs, _ = env.reset()
-    states = env.state()
-    running, total, episodes = torch.zeros(num_envs), 0.0, 0
-    with torch.no_grad():
-        for t in range(steps):
-            _, outputs = agent.act(obs, states, timestep=t, timesteps=steps)
-            obs, rewards, term, trunc, _ = env.step(outputs["mean_actions"])
-            states = env.state()
-            running += rewards["agent_0"].view(-1)
-            done = (term["agent_0"] | trunc["agent_0"]).view(-1)
-            total += running[done].sum().item()
-            episodes += int(done.sum())
-            running[done] = 0.0
-    return total / max(episodes, 1)
+    return mean_episode_return(agent, env, steps=steps)
 
 
 # ---------------------------------------------------------------- pure functions
