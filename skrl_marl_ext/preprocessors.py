@@ -66,12 +66,7 @@ class ValueNorm(nn.Module):
         :param mask: Boolean mask of shape ``(..., 1)``; masked-out entries are ignored. The moments are averaged
             over all ranks of a distributed run, so every rank keeps the same statistics.
         """
-        total, total_sq, count = masked_sums(x, mask)
-        count = count.clamp(min=1.0)
-        batch_mean, batch_mean_sq = total / count, total_sq / count
-        self.running_mean.mul_(self.beta).add_(batch_mean * (1.0 - self.beta))
-        self.running_mean_sq.mul_(self.beta).add_(batch_mean_sq * (1.0 - self.beta))
-        self.debiasing_term.mul_(self.beta).add_(1.0 - self.beta)
+        fold_sums_(self, *masked_sums(x, mask))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``(x - mean) / std``, in the dtype of ``x``."""
@@ -137,13 +132,39 @@ def masked_sums(x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torc
     :param mask: Boolean mask of shape ``(..., 1)``, or None for all rows.
     :return: ``(sum, sum of squares, count)``, shapes ``(size,)``, ``(size,)`` and ``()``.
     """
-    rows = x.reshape(-1, x.shape[-1]).double()
-    weight = torch.ones_like(rows[:, :1]) if mask is None else mask.reshape(-1, 1).double()
+    mask = mask.reshape(1, -1, 1) if mask is not None else None
+    total, total_sq, count = per_agent_sums(x.reshape(1, -1, x.shape[-1]), mask)
+    return total[0], total_sq[0], count[0]
+
+
+@torch.no_grad()
+def per_agent_sums(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`masked_sums` of each of ``G`` agents (each agent's statistics its own): ``x`` ``(G, rows, size)``,
+    ``mask`` ``(G, rows, 1)`` or None; returns ``(G, size)``, ``(G, size)``, ``(G,)`` in float64, one collective."""
+    size = x.shape[-1]
+    rows = x.transpose(0, 1).double()  # (rows, G, size): the sums reduce the first dimension
+    weight = torch.ones_like(rows[..., :1]) if mask is None else mask.transpose(0, 1).double()
     rows = torch.where(weight > 0, rows, 0.0)  # NaN * 0 is NaN
-    sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)])
+    sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)], dim=-1)
     distributed.all_reduce_sum_(sums)
-    size = rows.shape[-1]
-    return sums[:size], sums[size : 2 * size], sums[-1]
+    return sums[:, :size], sums[:, size : 2 * size], sums[:, -1]
+
+
+@torch.no_grad()
+def fold_sums_(statistics: Any, total: torch.Tensor, total_sq: torch.Tensor, count: torch.Tensor) -> None:
+    """Fold a batch's sums (of :func:`masked_sums`, or ``(G, ...)`` ones of :func:`per_agent_sums`) into the
+    statistics of a :class:`ValueNorm` or skrl ``RunningStandardScaler`` (anything with their buffers: also the
+    stacked buffers of ``G`` of them, with counts shaped ``(G, 1)``), in place."""
+    count = count.unsqueeze(-1) if count.dim() else count  # (G,) -> (G, 1) against (G, size)
+    if hasattr(statistics, "debiasing_term"):  # ValueNorm: exponential moments
+        beta, count = statistics.beta, count.clamp(min=1.0)
+        statistics.running_mean.mul_(beta).add_(total / count * (1.0 - beta))
+        statistics.running_mean_sq.mul_(beta).add_(total_sq / count * (1.0 - beta))
+        statistics.debiasing_term.mul_(beta).add_(1.0 - beta)
+        return
+    mean = total / count.clamp(min=1.0)
+    m2 = (total_sq - count * mean * mean).clamp(min=0.0)  # sum of squared deviations
+    merge_moments_(statistics, mean=mean, m2=m2, count=count)
 
 
 @torch.no_grad()
@@ -161,10 +182,7 @@ def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None =
     if isinstance(preprocessor, ValueNorm):
         preprocessor.update(x, mask)
     elif isinstance(preprocessor, RunningStandardScaler):
-        total, total_sq, count = masked_sums(x, mask)
-        mean = total / count.clamp(min=1.0)
-        m2 = (total_sq - count * mean * mean).clamp(min=0.0)  # sum of squared deviations
-        merge_moments_(preprocessor, mean=mean, m2=m2, count=count)
+        fold_sums_(preprocessor, *masked_sums(x, mask))
     else:
         rows = x.reshape(-1, x.shape[-1])
         preprocessor(rows if mask is None else rows[mask.reshape(-1)], train=True)
@@ -193,4 +211,13 @@ def merge_moments_(scaler: RunningStandardScaler, *, mean: torch.Tensor, m2: tor
     scaler.current_count.copy_(total)
 
 
-__all__ = ["ValueNorm", "identity", "make_preprocessor", "masked_sums", "merge_moments_", "update_statistics"]
+__all__ = [
+    "ValueNorm",
+    "fold_sums_",
+    "identity",
+    "make_preprocessor",
+    "masked_sums",
+    "merge_moments_",
+    "per_agent_sums",
+    "update_statistics",
+]

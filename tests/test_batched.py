@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import gymnasium
 import pytest
 import torch
 from helpers import QUIET, drive, make_agent, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
@@ -13,10 +14,10 @@ from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 import skrl_marl_ext.agents.on_policy as on_policy
-from skrl_marl_ext import ValueNorm
+from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
 from skrl_marl_ext.agents.batched import AgentOptimizerView, clip_grad_norm_per_agent_
 from skrl_marl_ext.envs import make_spread_env
-from skrl_marl_ext.models import GaussianMLP
+from skrl_marl_ext.models import QMLP, GaussianMLP
 
 ROLLOUTS = 6
 
@@ -252,21 +253,38 @@ def same_noise_gumbel_softmax(logits, tau=1.0, hard=False):
 
 
 @pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "discrete"])
-@pytest.mark.parametrize("preprocessors", [False, True], ids=["plain", "scalers"])
+@pytest.mark.parametrize("preprocessors", ["plain", "scalers", "scalers-joint"])
 def test_batched_maddpg_equals_the_per_agent_loop(continuous, preprocessors, monkeypatch):
     """Both agents read one replay (the same memories) and take gradient steps from the same seed: the N critics, N
-    target critics and N policies as one call each train as the loop does, within 1e-6."""
+    target critics and N policies as one call each train as the loop does, within 1e-6 (``scalers-joint``: no env
+    state, the critics read the joint observation, each agent's state scaler fed it where that agent is alive)."""
     monkeypatch.setattr(torch.nn.functional, "gumbel_softmax", same_noise_gumbel_softmax)
     torch.manual_seed(5)
     env = make_spread_env(num_envs=4, num_agents=3, continuous=continuous, episode_length=6)
     models = make_maddpg_models(env)
     memories = {uid: RandomMemory(memory_size=32, num_envs=env.num_envs) for uid in env.possible_agents}
     cfg = {"batch_size": 24, "learning_starts": 10**9, "grad_norm_clip": 0.05, "polyak": 0.3, "experiment": QUIET}
-    if preprocessors:
+    if preprocessors != "plain":
         cfg.update(observation_preprocessor=RunningStandardScaler, state_preprocessor=RunningStandardScaler)
-    batched = make_maddpg(env, models=models, memories=memories, cfg=dict(cfg))
+    build = make_maddpg
+    if preprocessors == "scalers-joint":  # critics sized for the joint observation
+        joint_obs = gymnasium.spaces.Box(
+            -float("inf"), float("inf"), (sum(env.observation_space(u).shape[0] for u in models),)
+        )
+        joint = joint_action_space(env.action_spaces, env.possible_agents)
+        torch.manual_seed(6)
+        for uid in models:
+            critics = [QMLP(state_space=joint_obs, action_space=joint, hidden_sizes=(16,)) for _ in range(2)]
+            models[uid].update(critic=critics[0], target_critic=critics[1])
+        spaces = dict(observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, device=env.device)
+
+        def build(env, **kwargs):
+            return MADDPG(possible_agents=env.possible_agents, state_spaces=None, **spaces, **kwargs)
+
+    batched = build(env, models=models, memories=memories, cfg=dict(cfg))
     loop_models = copy.deepcopy(models)
-    loop = make_maddpg(env, models=loop_models, memories=memories, cfg=dict(cfg, batch_agent_models=False))
+    loop = build(env, models=loop_models, memories=memories, cfg=dict(cfg, batch_agent_models=False))
+    assert batched.env_states == (preprocessors != "scalers-joint")
     assert [(g.size, g.batched) for g in batched.groups] == [(3, True)]
     assert [g.size for g in loop.groups] == [1, 1, 1]
     drive(batched, env, 16)  # fills the shared replay; no learning yet

@@ -30,8 +30,7 @@ from skrl.models.torch import Model
 from torch import nn
 from torch.func import functional_call
 
-from skrl_marl_ext import distributed
-from skrl_marl_ext.preprocessors import ValueNorm, merge_moments_, update_statistics
+from skrl_marl_ext.preprocessors import ValueNorm, fold_sums_, per_agent_sums, update_statistics
 
 
 def stack_signature(module: nn.Module) -> tuple | None:
@@ -195,45 +194,18 @@ class StackedPreprocessor(StackedModules):
         if mask is not None:
             mask = mask.movedim(agent_dim, 0)
             mask = mask.expand(G, *mask.shape[1:]).reshape(G, -1, 1)
-        total, total_sq, count = per_agent_sums(x, mask)
-        if isinstance(self.modules[0], ValueNorm):
-            self._update_value_norm(total, total_sq, count)
-        else:
-            self._update_scaler(total, total_sq, count)
-
-    def _update_scaler(self, total: torch.Tensor, total_sq: torch.Tensor, count: torch.Tensor) -> None:
-        count = count.unsqueeze(-1)
-        mean = total / count.clamp(min=1.0)
-        m2 = (total_sq - count * mean * mean).clamp(min=0.0)
-        stack = _Moments(self.buffers["running_mean"], self.buffers["running_variance"], self.buffers["current_count"])
-        merge_moments_(stack, mean=mean, m2=m2, count=count)
-
-    def _update_value_norm(self, total: torch.Tensor, total_sq: torch.Tensor, count: torch.Tensor) -> None:
-        beta = self.modules[0].beta
-        count = count.unsqueeze(-1).clamp(min=1.0)
-        self.buffers["running_mean"].mul_(beta).add_(total / count * (1.0 - beta))
-        self.buffers["running_mean_sq"].mul_(beta).add_(total_sq / count * (1.0 - beta))
-        self.buffers["debiasing_term"].mul_(beta).add_(1.0 - beta)
+        fold_sums_(_Stack(self), *per_agent_sums(x, mask))
 
 
-class _Moments:
-    """The stacked statistics of ``G`` running standard scalers, shaped for :func:`merge_moments_` (``(G, 1)``
-    counts, views of the stack)."""
+class _Stack:
+    """The stacked buffers of ``G`` preprocessors by name, counts shaped ``(G, 1)`` (views of the stack), with the
+    modules' settings: what :func:`~skrl_marl_ext.preprocessors.fold_sums_` updates in place."""
 
-    def __init__(self, mean: torch.Tensor, variance: torch.Tensor, count: torch.Tensor) -> None:
-        self.running_mean, self.running_variance, self.current_count = mean, variance, count.unsqueeze(-1)
-
-
-def per_agent_sums(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`~skrl_marl_ext.preprocessors.masked_sums` of each agent: ``x`` ``(G, rows, size)``, ``mask``
-    ``(G, rows, 1)`` or None; returns ``(G, size)``, ``(G, size)``, ``(G,)`` in float64, one collective."""
-    size = x.shape[-1]
-    rows = x.transpose(0, 1).double()  # (rows, G, size): the sums reduce the first dimension
-    weight = torch.ones_like(rows[..., :1]) if mask is None else mask.transpose(0, 1).double()
-    rows = torch.where(weight > 0, rows, 0.0)
-    sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)], dim=-1)
-    distributed.all_reduce_sum_(sums)
-    return sums[:, :size], sums[:, size : 2 * size], sums[:, -1]
+    def __init__(self, stacked: StackedPreprocessor) -> None:
+        for name, tensor in stacked.buffers.items():
+            setattr(self, name, tensor.unsqueeze(-1) if name == "current_count" else tensor)
+        if isinstance(stacked.modules[0], ValueNorm):
+            self.beta = stacked.modules[0].beta
 
 
 @torch.no_grad()
@@ -320,7 +292,6 @@ __all__ = [
     "StackedPreprocessor",
     "apply_preprocessor",
     "clip_grad_norm_per_agent_",
-    "per_agent_sums",
     "stack_signature",
     "stackable_preprocessor",
     "update_preprocessor",
