@@ -423,12 +423,34 @@ def _runner_config(cfg: dict[str, Any], args: argparse.Namespace, *, run_name: s
     cfg["models"] = cfg.get("models") or {}
     if args.shared_policy:
         cfg["models"]["share_across_agents"] = True
+    if getattr(args, "rnn", None):
+        _recurrent_models(cfg, args.rnn, args.sequence_length)
     experiment = cfg["agent"].get("experiment") or {}
     experiment.update({"directory": os.path.abspath(args.out), "experiment_name": run_name})
     cfg["agent"]["experiment"] = experiment
     cfg["trainer"] = {**(cfg.get("trainer") or {}), "timesteps": timesteps, "headless": True}
     cfg["trainer"]["disable_progressbar"] = bool(args.no_progress) or distributed.rank() > 0
     return cfg
+
+
+def _recurrent_models(cfg: dict[str, Any], cell: str, sequence_length: int) -> None:
+    """``--rnn``: the policy and value models become :class:`~skrl_marl_ext.models.GaussianRNN` /
+    ``CategoricalRNN`` and ``ValueRNN`` with ``cell``, keeping their sections' other keys (head sizes, activation)."""
+    algo = str(cfg["agent"].get("class", "")).lower()
+    if algo not in ("mappo", "ippo"):
+        raise UsageError(f"--rnn works with mappo and ippo, not {algo}")
+    rollouts = int(cfg["agent"].get("rollouts", 16))
+    if sequence_length < 1 or rollouts % sequence_length:
+        raise UsageError(
+            f"--sequence-length {sequence_length} must divide agent.rollouts ({rollouts}); pass another length or "
+            f"agent.rollouts=<a multiple of {sequence_length}>"
+        )
+    for role, name in (("policy", "PolicyRNN"), ("value", "ValueRNN")):
+        section = dict(cfg["models"].get(role) or {})
+        section.update({"class": name, "cell": cell, "sequence_length": sequence_length})
+        section["hidden_sizes"] = list(section.get("hidden_sizes") or [64])[-1:]  # the head after the RNN
+        section.setdefault("hidden_size", 64 if not section["hidden_sizes"] else int(section["hidden_sizes"][0]))
+        cfg["models"][role] = section
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -607,7 +629,7 @@ def _add_train_parser(commands) -> None:
     t.add_argument(
         "--env",
         default=DEFAULT_ENV,
-        help="vmas:<scenario> | pettingzoo:<module> | builtin:spread (default: %(default)s)",
+        help="vmas:<scenario> | pettingzoo:<module> | builtin:spread | builtin:memory (default: %(default)s)",
     )
     t.add_argument(
         "--env-arg",
@@ -648,6 +670,19 @@ def _add_train_parser(commands) -> None:
         "--shared-policy",
         action="store_true",
         help="agents with equal spaces share their models (default: off, one model per agent)",
+    )
+    t.add_argument(
+        "--rnn",
+        choices=("gru", "lstm"),
+        default=None,
+        help="recurrent policy and value models (MAPPO/IPPO): a GRU or LSTM then one head layer; the run's sequences "
+        "are --sequence-length steps (default: off, MLP models)",
+    )
+    t.add_argument(
+        "--sequence-length",
+        type=int,
+        default=10,
+        help="steps per training sequence of --rnn models; must divide agent.rollouts (default: %(default)s)",
     )
     t.add_argument(
         "--out", default="runs", help="directory of the runs (default: %(default)s, in the working directory)"

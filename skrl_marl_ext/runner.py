@@ -11,6 +11,9 @@ Additions, all optional in the YAML:
   masked categorical policy for Discrete actions in both), ``GaussianMLP``, ``CategoricalMLP``, ``ValueMLP``,
   ``DeterministicMLP`` and ``QMLP`` from :mod:`skrl_marl_ext.models`, besides skrl's ``GaussianMixin``/
   ``DeterministicMixin``/... instantiators. Their other keys are the classes' arguments.
+- Recurrent models for MAPPO/IPPO: ``PolicyRNN`` (``GaussianRNN`` for Box actions, ``CategoricalRNN`` for Discrete),
+  ``GaussianRNN``, ``CategoricalRNN`` and ``ValueRNN``, with ``cell: gru|lstm``, ``hidden_size``, ``num_layers`` and
+  ``sequence_length`` (``agent: rollouts`` must be a multiple of it).
 - ``models: share_across_agents: true``: agents with equal observation, state and action spaces get the *same* model
   objects (parameter sharing), which this package's agents train as one batch.
 - MADDPG: the ``critic`` (and ``target_critic``) models are built with ``state_space`` the env's state space (the
@@ -33,7 +36,17 @@ from skrl.utils.runner.torch import Runner as SkrlRunner
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.agents import IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
-from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP, ValueMLP, joint_action_space
+from skrl_marl_ext.models import (
+    QMLP,
+    CategoricalMLP,
+    CategoricalRNN,
+    DeterministicMLP,
+    GaussianMLP,
+    GaussianRNN,
+    ValueMLP,
+    ValueRNN,
+    joint_action_space,
+)
 
 ALGORITHM_NAMES = ("mappo", "ippo", "maddpg")
 """Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
@@ -94,6 +107,25 @@ def policy_mlp(*, observation_space, action_space, state_space=None, device=None
     )
 
 
+def policy_rnn(*, observation_space, action_space, state_space=None, device=None, **kwargs):
+    """A :class:`~skrl_marl_ext.models.GaussianRNN` for Box actions, a :class:`CategoricalRNN` for Discrete (MAPPO
+    and IPPO; ``cell`` picks GRU or LSTM).
+
+    :raises ValueError: On another action space.
+    """
+    if isinstance(action_space, gymnasium.spaces.Box):
+        cls = GaussianRNN
+    elif isinstance(action_space, gymnasium.spaces.Discrete):
+        cls = CategoricalRNN
+        kwargs.pop("initial_log_std", None)
+        kwargs.pop("clip_actions", None)
+    else:
+        raise ValueError(f"PolicyRNN: action space {action_space} is neither Box nor Discrete; give a model class")
+    return cls(
+        observation_space=observation_space, action_space=action_space, state_space=state_space, device=device, **kwargs
+    )
+
+
 def deterministic_policy_mlp(**kwargs):
     """:func:`policy_mlp` for MADDPG: a :class:`~skrl_marl_ext.models.DeterministicMLP` for Box actions."""
     return policy_mlp(deterministic=True, **kwargs)
@@ -106,6 +138,10 @@ _MODELS = {
     "valuemlp": ValueMLP,
     "deterministicmlp": DeterministicMLP,
     "qmlp": QMLP,
+    "policyrnn": policy_rnn,
+    "gaussianrnn": GaussianRNN,
+    "categoricalrnn": CategoricalRNN,
+    "valuernn": ValueRNN,
 }
 
 

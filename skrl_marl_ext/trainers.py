@@ -157,23 +157,34 @@ def interact(
     return StepResult(actions, next_observations, next_states, rewards, terminated, truncated, infos)
 
 
-def mean_episode_return(agent: MultiAgent, env: Any, *, steps: int = 100, uid: str | None = None) -> float:
+def mean_episode_return(
+    agent: MultiAgent, env: Any, *, steps: int = 100, uid: str | None = None, whole_episodes: bool = False
+) -> float:
     """Mean return of agent ``uid`` (the first agent when None) over the episodes that end within ``steps`` steps of
     the agent in evaluation mode, acting with its mean/greedy actions (:func:`interact` with ``deterministic``), from a
     reset of ``env``; NaN when no episode ends. One host read per step.
+
+    :param whole_episodes: Count only episodes that also began within the ``steps``, i.e. after each env's first
+        episode end. skrl's Isaac Lab wrappers reset the env only once, so after training the first episode of each env
+        is one already under way, which a recurrent policy (whose hidden states start from zero here) did not see
+        begin.
     """
     uid = uid or env.possible_agents[0]
     agent.enable_training_mode(False)
     obs, _ = env.reset()
+    if hasattr(agent, "reset_recurrent_states"):  # recurrent models start from zero hidden states
+        agent.reset_recurrent_states()
     states = env.state()
     running, finished = torch.zeros(env.num_envs), []
+    began = torch.full((env.num_envs,), not whole_episodes)
     for t in range(steps):
         step = interact(agent, env, obs, states, timestep=t, timesteps=steps, learn=False, deterministic=True)
         obs, states = step.next_observations, step.next_states
         running += step.rewards[uid].view(-1).cpu()
         done = (step.terminated[uid] | step.truncated[uid]).view(-1).cpu()
-        finished += running[done].tolist()
+        finished += running[done & began].tolist()
         running[done] = 0.0
+        began |= done
     return sum(finished) / len(finished) if finished else float("nan")
 
 

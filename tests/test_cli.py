@@ -273,3 +273,20 @@ def test_the_command_imports_skrl_only_after_its_own_setup():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_train_rnn_builds_recurrent_models_and_eval_reloads_them(tmp_path, capsys):
+    run_dir = _train(tmp_path, "--env", "builtin:memory", "--rnn", "lstm", "--sequence-length", "5")
+    run = json.loads((run_dir / "run.json").read_text())
+    models = run["config"]["models"]
+    assert (models["policy"]["class"], models["value"]["class"]) == ("PolicyRNN", "ValueRNN")
+    assert models["policy"]["cell"] == "lstm" and models["policy"]["sequence_length"] == 5
+    capsys.readouterr()
+    assert cli.main(["eval", "--checkpoint", str(run_dir), "--episodes", "4"]) == 0
+    assert capsys.readouterr().out.startswith("skrl-marl: 4 deterministic episodes of mappo on builtin:memory")
+    # a sequence length that does not divide the rollout, and MADDPG, are refused with the fix named
+    argv = ["train", "--env", "builtin:memory", "--rnn", "gru", "--sequence-length", "7", "--out", str(tmp_path)]
+    assert cli.main(argv) == 2
+    assert "must divide agent.rollouts" in capsys.readouterr().err
+    assert cli.main([*argv[:-4], "--algo", "maddpg", "--out", str(tmp_path)]) == 2
+    assert "--rnn works with mappo and ippo" in capsys.readouterr().err

@@ -34,3 +34,21 @@ def test_learns_spread(algo):
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 2500, "disable_progressbar": True}).train()
     score = evaluate(agent, env)
     assert score > THRESHOLD, f"{algo} reached {score:.2f}, needs > {THRESHOLD}"
+
+
+def test_gru_solves_the_memory_task_an_mlp_stays_at_chance():
+    """builtin:memory: the cue is shown only at an episode's first step and must be named 6 steps later (chance 0.25).
+    The same budget (benchmarks/memory_task.py's config) with GRU models and with MLP models, MAPPO, seed 0."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from memory_task import build, success, train
+
+    rates = {}
+    for model in ("gru", "mlp"):
+        env, agent = build(algo="mappo", model=model, seed=0, num_envs=64, sequence_length=16, delay=6)
+        train(env, agent, 1600)
+        rates[model] = success(env, agent, 6)
+    assert rates["gru"] >= 0.95, rates
+    assert rates["mlp"] <= 0.40, rates

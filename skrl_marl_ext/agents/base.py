@@ -326,10 +326,14 @@ class GroupedMultiAgent(MultiAgent):
         self._keep_action_masks(infos)  # the masks of next_observations, for the next act
         if self.training:
             self._record(step, infos=infos, acted_masks=acted_masks)
+        self._after_step(step, infos=infos)
 
     def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
         """Hook: store one training step (``step`` holds ``record_transition``'s arguments by name)."""
         raise NotImplementedError
+
+    def _after_step(self, step: dict[str, Any], *, infos: dict) -> None:
+        """Hook: what follows every env step, in training and evaluation (e.g. moving hidden states on)."""
 
     # ------------------------------------------------------------------ infos
 

@@ -46,6 +46,14 @@ from skrl_marl_ext.agents.batched import (
 )
 from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
+from skrl_marl_ext.agents.recurrent import (
+    RESET_KEY,
+    RecurrentState,
+    is_recurrent,
+    rnn_specification,
+    sequence_indexes,
+    sequence_mini_batch_indexes,
+)
 from skrl_marl_ext.agents.rollout import RolloutBuffer, first_non_finite, mini_batch_indexes
 from skrl_marl_ext.agents.validation import check_policy_family, dry_run
 from skrl_marl_ext.functional import (
@@ -97,7 +105,13 @@ class OnPolicyGroup(AgentGroup):
     """Whether every agent of the group receives the very same state tensor (stored once, not G times); None until
     the first ``act``."""
     mini_batches: int = 0
-    """Mini-batches per epoch: ``cfg["mini_batches"]``, at most the samples per agent of a rollout (0: not known)."""
+    """Mini-batches per epoch: ``cfg["mini_batches"]``, at most the sequences per agent of a rollout (0: not known)."""
+    recurrent: RecurrentState | None = None
+    """Hidden states of recurrent models (:mod:`~skrl_marl_ext.agents.recurrent`); None when no model is."""
+
+    @property
+    def sequence_length(self) -> int:
+        return self.recurrent.sequence_length if self.recurrent is not None else 1
 
     policy = property(lambda self: self.models["policy"])
     value = property(lambda self: self.models["value"])
@@ -138,6 +152,10 @@ class Decision:
     """``(G * n, 1)`` fp32: the critic's own output (normalised space under a value preprocessor)."""
     action_mask: torch.Tensor | None
     """``(G * n, num_actions)`` bool, or None."""
+    hidden: dict[str, list[torch.Tensor]] | None = None
+    """Recurrent models: the hidden states the step started from, by role."""
+    next_hidden: dict[str, list[torch.Tensor] | None] | None = None
+    """Recurrent models: the hidden states the models returned (before any reset), by role."""
 
 
 @dataclasses.dataclass
@@ -154,6 +172,8 @@ class TrainingData:
     shared_states: torch.Tensor | None
     """``(T * N, size)``: a state shared by the whole group (and no agent id appended), gathered once per mini-batch
     and broadcast to the G agents instead of a G-fold copy of the rollout."""
+    flags: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """Recurrent models: ``(G, T * N, 1)`` bool hidden-state resets and truncations."""
 
     def batch(self, indexes: torch.Tensor) -> dict[str, torch.Tensor | None]:
         """The samples ``indexes`` of every tensor, ``(G, B, width)``."""
@@ -164,6 +184,7 @@ class TrainingData:
             G = self.packed.shape[0]
             batch["states"] = self.shared_states[indexes].unsqueeze(0).expand(G, -1, -1)
         batch.setdefault("states", None)
+        batch.update({name: flag[:, indexes] for name, flag in self.flags.items()})
         return batch
 
 
@@ -191,12 +212,14 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._next_observations: dict[str, torch.Tensor] | None = None
         self._next_states: dict[str, torch.Tensor] | None = None
         self._decisions: dict[int, Decision] = {}
+        self._next_hidden: dict[int, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ construction
 
     def _batchable(self, uid: str) -> bool:
         """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off, a preprocessor's statistics
-        cannot be stacked, or the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``)."""
+        cannot be stacked, the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``), or a model is
+        recurrent (``torch.vmap`` has no batching rule for ``aten::gru``/``aten::lstm``; torch 2.13)."""
         cfg = self.cfg
         preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
         scheduler = cfg.value_for("learning_rate_scheduler", uid)
@@ -205,6 +228,7 @@ class OnPolicyAgent(GroupedMultiAgent):
             and all(stackable_preprocessor(cfg.value_for(name, uid)) for name in preprocessors)
             and not (isinstance(scheduler, type) and issubclass(scheduler, KLAdaptiveLR))
             and not cfg.value_for("kl_threshold", uid)
+            and not any(is_recurrent(self.models[uid][role]) for role in self.roles)
         )
 
     def _check_memories(self) -> int | None:
@@ -237,13 +261,15 @@ class OnPolicyAgent(GroupedMultiAgent):
         empty mini-batches, whose mean loss is NaN, and trains on it)."""
         if group.mini_batches:
             return
-        requested, samples = group.cfg["mini_batches"], self.cfg.rollouts * num_envs
+        L = group.sequence_length
+        requested, samples = group.cfg["mini_batches"], self.cfg.rollouts * num_envs // L
         group.mini_batches = min(requested, samples)
         if requested > samples:
+            what = "samples" if L == 1 else f"sequences of {L} steps"
             warnings.warn(
                 f"{type(self).__name__}: cfg.mini_batches ({requested}) for agents {group.uids} is larger than the "
-                f"{samples} samples per agent a rollout gives (rollouts {self.cfg.rollouts} x num_envs {num_envs}); "
-                f"using {samples} mini-batches of one sample. skrl 2.1.1 would add empty mini-batches, whose loss is "
+                f"{samples} {what} per agent a rollout gives (rollouts {self.cfg.rollouts} x num_envs {num_envs}); "
+                f"using {samples} mini-batches of one. skrl 2.1.1 would add empty mini-batches, whose loss is "
                 "NaN. Lower mini_batches or raise rollouts to silence this",
                 stacklevel=3,
             )
@@ -254,9 +280,22 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._note_mask_in_observations(group)
         self._make_optimizer(group)
         self._make_preprocessors(group)
+        group.recurrent = self._recurrent_state(group)
         zeros = self._zero_inputs(group)
         policy_inputs, value_inputs = self._policy_inputs(*zeros), self._value_inputs(*zeros)
-        dry_run(owner=name, group=group, policy_inputs=policy_inputs, value_inputs=value_inputs, device=self.device)
+        if group.recurrent is None:
+            dry_run(owner=name, group=group, policy_inputs=policy_inputs, value_inputs=value_inputs, device=self.device)
+        else:  # one acting step (evaluation mode) from zero hidden states
+            group.recurrent.ensure(zeros[0].shape[0], self.device)
+            modes = [(m, m.training) for m in group.unique_models()]
+            for model, _ in modes:
+                model.train(False)
+            policy_inputs.update(group.recurrent.inputs("policy"))
+            value_inputs.update(group.recurrent.inputs("value"))
+            dry_run(owner=name, group=group, policy_inputs=policy_inputs, value_inputs=value_inputs, device=self.device)
+            for model, mode in modes:
+                model.train(mode)
+            group.recurrent.current = None
         modules = {"policy": group.policy, "value": group.value, "optimizer": group.optimizer}
         if group.batched:  # each agent's own models, its part of the optimiser
             modules.update(group.agent_models)
@@ -266,6 +305,35 @@ class OnPolicyAgent(GroupedMultiAgent):
             preprocessor = getattr(group, key)
             modules[key] = preprocessor.modules if isinstance(preprocessor, StackedPreprocessor) else preprocessor
         self._register_checkpoint(group, modules)
+
+    def _recurrent_state(self, group: OnPolicyGroup) -> RecurrentState | None:
+        """The group's hidden-state keeper when its policy or value model is recurrent (skrl's RNN convention).
+
+        :raises ValueError: When the two models name different sequence lengths, or ``cfg.rollouts`` is not a
+            multiple of the sequence length (every env's rollout is cut into whole sequences).
+        """
+        name, specs = type(self).__name__, {}
+        for role in self.roles:
+            spec = rnn_specification(name, f"the {role} model of agents {group.uids}", group.models[role])
+            if spec is not None:
+                specs[role] = spec
+        if not specs:
+            return None
+        lengths = {role: length for role, (length, _) in specs.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"{name}: the recurrent models of agents {group.uids} name different sequence lengths {lengths}; "
+                "mini-batches are whole sequences of one length: give both models the same sequence_length"
+            )
+        length = next(iter(lengths.values()))
+        if self.cfg.rollouts % length:
+            raise ValueError(
+                f"{name}: cfg.rollouts ({self.cfg.rollouts}) is not a multiple of the sequence_length ({length}) of the "
+                f"recurrent models of agents {group.uids}; every env's rollout is cut into whole sequences. Set "
+                f"rollouts to a multiple of {length} (e.g. {length * max(1, round(self.cfg.rollouts / length))})"
+            )
+        shared = group.models["policy"] is group.models["value"]
+        return RecurrentState({r: sizes for r, (_, sizes) in specs.items()}, sequence_length=length, shared=shared)
 
     def _make_optimizer(self, group: OnPolicyGroup) -> None:
         """One Adam per group: the policy's and the value model's parameters as two parameter groups (a model in
@@ -379,10 +447,21 @@ class OnPolicyAgent(GroupedMultiAgent):
         # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
         obs, st = self._preprocess(group, raw_obs, raw_states)
         action_mask = self._action_mask(group, raw_obs)
+        rec = group.recurrent
+        if rec is not None:
+            rec.ensure(obs.shape[0], self.device)
+        rnn = rec.inputs if rec is not None else lambda role: {}
         with self._autocast():
-            group_actions, group_outputs = group.act("policy", self._policy_inputs(obs, st, action_mask))
+            policy_inputs = {**self._policy_inputs(obs, st, action_mask), **rnn("policy")}
+            group_actions, group_outputs = group.act("policy", policy_inputs)
             if self.training:
-                values, _ = group.act("value", self._value_inputs(obs, st))
+                values, value_outputs = group.act("value", {**self._value_inputs(obs, st), **rnn("value")})
+        hidden = next_hidden = None
+        if rec is not None:  # the hidden states move on in record_transition, after the env's answer
+            hidden = dict(rec.current)
+            next_hidden = {"policy": group_outputs.get("rnn")}
+            next_hidden["value"] = value_outputs.get("rnn") if self.training else None
+            self._next_hidden[group.index] = next_hidden
         if self.training:
             self._decisions[group.index] = Decision(
                 observations=raw_obs,
@@ -390,6 +469,8 @@ class OnPolicyAgent(GroupedMultiAgent):
                 log_prob=group_outputs["log_prob"],
                 values=values.float(),  # kept in fp32: the value-clip anchor, denormalised in fp32 at the update
                 action_mask=action_mask,
+                hidden=hidden,
+                next_hidden=next_hidden,
             )
             return group_actions, group_outputs, None
         return group_actions, group_outputs, self._deterministic_actions(group, group_actions, group_outputs)
@@ -450,6 +531,8 @@ class OnPolicyAgent(GroupedMultiAgent):
             specs["final_values"] = (G, 1, torch.float32)  # V(final observation), or V(s_t), of the step's episode
         if group.discrete:
             specs["action_mask"] = (G, group.num_actions, torch.bool)
+        if group.recurrent is not None:
+            specs.update(group.recurrent.specs(G))
         group.rollout = RolloutBuffer(specs, rollouts=self.cfg.rollouts, num_envs=num_envs, device=self.device)
 
     def _record_group(self, group: OnPolicyGroup, decision: Decision, step: dict, infos: dict) -> None:
@@ -466,10 +549,26 @@ class OnPolicyAgent(GroupedMultiAgent):
                 b["action_mask"][t].fill_(True)
             else:
                 b.write(t, action_mask=decision.action_mask)
+        if decision.hidden is not None:
+            b.write(t, **group.recurrent.stored(decision.hidden, group.size))
         if "final_values" in b:
-            self._record_final_values(group, t, infos)
+            self._record_final_values(group, t, infos, decision)
 
-    def _record_final_values(self, group: OnPolicyGroup, t: int, infos: dict) -> None:
+    def _after_step(self, step: dict[str, Any], *, infos: dict) -> None:
+        """Move recurrent hidden states on to the models' new ones, zeroed for agents whose episode ended
+        (terminated or truncated) or that were masked at the step; in training, store where that happened."""
+        for index, new in list(self._next_hidden.items()):
+            group = self.groups[index]
+            num_envs = next(iter(group.recurrent.current.values()))[0].shape[1] // group.size
+            ended = group.stack(step["terminated"]).bool() | group.stack(step["truncated"]).bool()
+            alive = self._agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs)
+            reset = ended.view(group.size, num_envs, 1) | ~alive
+            if self.training and group.rollout is not None:
+                group.rollout.write(self._rollout_step, **{RESET_KEY: reset})
+            group.recurrent.advance(new, reset.view(-1))
+        self._next_hidden.clear()
+
+    def _record_final_values(self, group: OnPolicyGroup, t: int, infos: dict, decision: Decision) -> None:
         """Store the value the time-limit bootstrap of step ``t`` uses (read only where the step was truncated).
 
         ``V(final observation)`` where the env handed the episode's final observation (and final state, when the group
@@ -488,9 +587,12 @@ class OnPolicyAgent(GroupedMultiAgent):
             if not isinstance(final_states, dict) or final_states.get(group.uids[0]) is None:
                 return  # an observation without its state: keep V(s_t)
             raw_states = group.stack(final_states)[: b["states"].shape[1]]
+        rnn = {}
+        if decision.next_hidden is not None and decision.next_hidden["value"] is not None:
+            rnn = {"rnn": decision.next_hidden["value"]}  # the episode's memory up to its final observation
         with torch.no_grad(), self._autocast():
             obs, st = self._preprocess(group, group.stack(finals), raw_states)
-            final_values, _ = group.act("value", self._value_inputs(obs, st))
+            final_values, _ = group.act("value", {**self._value_inputs(obs, st), **rnn})
         ended = b["terminated"][t] | b["truncated"][t]
         target.copy_(torch.where(ended, final_values.float().view(target.shape), target))
 
@@ -548,8 +650,9 @@ class OnPolicyAgent(GroupedMultiAgent):
         with torch.no_grad(), self._autocast():
             raw_states = self._stack_states(group, self._next_states) if "states" in b else None
             obs, st = self._preprocess(group, group.stack(self._next_observations), raw_states)
+            rnn = group.recurrent.inputs("value") if group.recurrent is not None else {}
             group.value.enable_training_mode(False)
-            last_values, _ = group.act("value", self._value_inputs(obs, st))
+            last_values, _ = group.act("value", {**self._value_inputs(obs, st), **rnn})
             group.value.enable_training_mode(True)
         last_values = last_values.float().view(1, G, N, 1)
         if self.cfg.non_finite == "skip":  # a non-finite next observation: no bootstrap from it, no last sample
@@ -652,6 +755,12 @@ class OnPolicyAgent(GroupedMultiAgent):
             "returns": returns.transpose(0, 1).reshape(G, TN, 1),
             "advantages": advantages.transpose(0, 1).reshape(G, TN, 1),
         }
+        flags = {}
+        if group.recurrent is not None:  # each step's stored hidden states, where they were reset, truncations
+            floats.update(
+                {name: per_agent(name) for name in b.tensors if name.startswith("rnn_") and name != RESET_KEY}
+            )
+            flags = {RESET_KEY: per_agent(RESET_KEY), "truncated": per_agent("truncated")}
         floats = {k: v for k, v in floats.items() if v is not None}
         mask = b["agent_mask"]
         masked = self._masked(group)
@@ -662,6 +771,7 @@ class OnPolicyAgent(GroupedMultiAgent):
             mask=None if bool(mask.all()) else per_agent("agent_mask"),
             action_mask=per_agent("action_mask") if masked else None,
             shared_states=shared_states,
+            flags=flags,
         )
 
     def _epochs(self, group: OnPolicyGroup, data: TrainingData) -> tuple[torch.Tensor, int]:
@@ -669,10 +779,17 @@ class OnPolicyAgent(GroupedMultiAgent):
         the scheduler steps once per epoch. :return: the summed per-agent statistics ``(6, G)`` and the step count."""
         sums = torch.zeros(6, group.size, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
         updates = 0
-        samples = group.rollout.rollouts * group.rollout.num_envs
+        b = group.rollout
+        sequences = None
+        if group.sequence_length > 1:  # mini-batches of whole sequences
+            sequences = sequence_indexes(b.rollouts, b.num_envs, group.sequence_length, device=self.device)
         for _ in range(group.cfg["learning_epochs"]):
             epoch_kl, stop = [], False
-            for indexes in mini_batch_indexes(samples, group.mini_batches, device=self.device):
+            if sequences is None:
+                batches = mini_batch_indexes(b.rollouts * b.num_envs, group.mini_batches, device=self.device)
+            else:
+                batches = sequence_mini_batch_indexes(sequences, group.mini_batches)
+            for indexes in batches:
                 kl = self._mini_batch_step(group, data.batch(indexes), sums)
                 if kl is None:
                     stop = True
@@ -704,9 +821,12 @@ class OnPolicyAgent(GroupedMultiAgent):
         else:
             state_rows = rows(states)  # one copy, two models
         obs_rows = rows(batch["observations"])
+        rec = group.recurrent
+        rnn = (lambda role: rec.batch_inputs(batch, role)) if rec is not None else (lambda role: {})
         with self._autocast():
             inputs = self._policy_inputs(obs_rows, state_rows, rows(batch["action_mask"]))
             inputs["taken_actions"] = rows(batch["actions"])
+            inputs.update(rnn("policy"))
             _, outputs = group.act("policy", inputs)
             log_prob = outputs["log_prob"].float().view(G, B, 1)
             with torch.no_grad():
@@ -717,7 +837,7 @@ class OnPolicyAgent(GroupedMultiAgent):
             entropy = None
             if cfg["entropy_loss_scale"]:  # skipped when off (skrl's default): no entropy in the graph
                 entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
-            predicted, _ = group.act("value", self._value_inputs(obs_rows, state_rows))
+            predicted, _ = group.act("value", {**self._value_inputs(obs_rows, state_rows), **rnn("value")})
             terms = ppo_loss(
                 log_prob=log_prob,
                 old_log_prob=batch["log_prob"],
@@ -742,6 +862,26 @@ class OnPolicyAgent(GroupedMultiAgent):
             stats = ("objective", "critic", "entropy", "kl", "clip_fraction")
             sums += torch.stack([terms[k] for k in stats] + [std]).detach()
         return group_kl
+
+    def init(self, *, trainer_cfg: Any = None) -> None:
+        """skrl's initialisation (see :meth:`GroupedMultiAgent.init`); recurrent hidden states start from zeros."""
+        super().init(trainer_cfg=trainer_cfg)
+        self.reset_recurrent_states()
+
+    def reset_recurrent_states(self) -> None:
+        """Zero the hidden states of recurrent models, e.g. after resetting the env outside a trainer (a trainer's
+        ``train``/``eval`` call :meth:`init`, which does it)."""
+        for group in self.groups:
+            if group.recurrent is not None:
+                group.recurrent.current = None
+        self._next_hidden.clear()
+
+    def load(self, path: str) -> None:
+        """Load a checkpoint (see :meth:`GroupedMultiAgent.load`). Recurrent hidden states start from zeros again:
+        they belong to the episodes running when the checkpoint was written, which a trainer does not resume (it
+        resets the env), so a checkpoint holds the models that make them, not the states."""
+        super().load(path)
+        self.reset_recurrent_states()
 
     def _track_update(self, group: OnPolicyGroup, sums: torch.Tensor, updates: int, explained: torch.Tensor) -> None:
         """One host read per update: the mean per-agent losses and statistics of its mini-batches."""

@@ -1,8 +1,9 @@
-"""Environments: VMAS and batched PettingZoo wrappers, an episode recorder, and a small built-in env.
+"""Environments: VMAS and batched PettingZoo wrappers, an episode recorder, and small built-in envs (spread, memory).
 
 The VMAS and PettingZoo wrappers import their packages only when an env is made, so both extras stay optional.
 """
 
+from skrl_marl_ext.envs.memory import MemoryEnv, make_memory_env
 from skrl_marl_ext.envs.pettingzoo_batched import BatchedParallelEnvWrapper, make_pettingzoo_env
 from skrl_marl_ext.envs.recorder import EpisodeRecorder
 from skrl_marl_ext.envs.registry import make_env
@@ -12,9 +13,11 @@ from skrl_marl_ext.envs.vmas_env import VmasWrapper, make_vmas_env, to_gymnasium
 __all__ = [
     "BatchedParallelEnvWrapper",
     "EpisodeRecorder",
+    "MemoryEnv",
     "SpreadEnv",
     "VmasWrapper",
     "make_env",
+    "make_memory_env",
     "make_pettingzoo_env",
     "make_spread_env",
     "make_vmas_env",

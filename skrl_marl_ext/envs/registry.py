@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 
-BUILTIN_ENVS = ("spread",)
+BUILTIN_ENVS = ("spread", "memory")
 KINDS = ("vmas", "pettingzoo", "builtin")
 
 
@@ -22,11 +22,12 @@ def make_env(
     """Make the skrl multi-agent env that ``spec`` names.
 
     :param spec: ``"vmas:<scenario>"`` (e.g. ``vmas:balance``), ``"pettingzoo:<module>"`` (a module with
-        ``parallel_env``, e.g. ``pettingzoo:mpe2.simple_spread_v3``) or ``"builtin:spread"``.
+        ``parallel_env``, e.g. ``pettingzoo:mpe2.simple_spread_v3``) or ``"builtin:<name>"`` (``spread`` or
+        ``memory``).
     :param num_envs: Number of envs stepped as one batch.
     :param device: Device of the returned tensors (and of the simulation, for VMAS and builtin envs).
     :param seed: Seed of the env.
-    :param kwargs: Passed to the env: the VMAS scenario, ``parallel_env`` or :class:`SpreadEnv`.
+    :param kwargs: Passed to the env: the VMAS scenario, ``parallel_env``, :class:`SpreadEnv` or :class:`MemoryEnv`.
 
     :raises ValueError: On a malformed spec or an unknown kind/name (the message says what to type).
     :raises ImportError: When the env's package is missing (the message says what to install).
@@ -35,7 +36,7 @@ def make_env(
     if not name or kind not in KINDS:
         raise ValueError(
             f"bad env '{spec}': write vmas:<scenario> (e.g. vmas:balance), pettingzoo:<module> "
-            "(e.g. pettingzoo:mpe2.simple_spread_v3) or builtin:spread"
+            "(e.g. pettingzoo:mpe2.simple_spread_v3) or builtin:<name> (builtin envs: " + ", ".join(BUILTIN_ENVS) + ")"
         )
     if kind == "vmas":
         from skrl_marl_ext.envs.vmas_env import make_vmas_env
@@ -47,6 +48,10 @@ def make_env(
         return make_pettingzoo_env(name, num_envs=num_envs, device=device, seed=seed, **kwargs)
     if name not in BUILTIN_ENVS:
         raise ValueError(f"unknown builtin env '{name}'; builtin envs: {', '.join(BUILTIN_ENVS)}")
+    if name == "memory":
+        from skrl_marl_ext.envs.memory import make_memory_env
+
+        return make_memory_env(num_envs=num_envs, device=device, seed=seed, **kwargs)
     from skrl_marl_ext.envs.spread import make_spread_env
 
     return make_spread_env(num_envs=num_envs, device=device, seed=seed, **kwargs)

@@ -1,4 +1,4 @@
-"""Model helpers a user needs: a masked categorical mixin and agent-id input sizing."""
+"""Model helpers a user needs: a masked categorical mixin, agent-id input sizing, MLP and GRU/LSTM models."""
 
 from skrl_marl_ext.models.agent_id import agent_id_space, append_agent_id
 from skrl_marl_ext.models.maddpg_models import (
@@ -9,15 +9,20 @@ from skrl_marl_ext.models.maddpg_models import (
 )
 from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY, MaskedCategoricalMixin, mask_logits
 from skrl_marl_ext.models.mlp import CategoricalMLP, GaussianMLP, ValueMLP, mlp
+from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, RecurrentCore, ValueRNN
 
 __all__ = [
     "ACTION_MASK_KEY",
     "CategoricalMLP",
+    "CategoricalRNN",
     "DeterministicMLP",
     "GaussianMLP",
+    "GaussianRNN",
     "MaskedCategoricalMixin",
     "QMLP",
+    "RecurrentCore",
     "ValueMLP",
+    "ValueRNN",
     "action_encoding_size",
     "agent_id_space",
     "append_agent_id",

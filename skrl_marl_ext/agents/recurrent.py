@@ -1,0 +1,145 @@
+"""Recurrent models in MAPPO and IPPO: skrl's RNN convention, hidden states per group, sequence mini-batches.
+
+A model is recurrent when ``get_specification()`` returns ``{"rnn": {"sequence_length": L, "sizes": [...]}}``
+(skrl's ``PPO_RNN`` convention; see :mod:`skrl_marl_ext.models.rnn`). For a group of ``G`` agents:
+
+- each recurrent role has hidden states ``(layers, G * num_envs, H)`` (agent-major rows, as the group's inputs), fed
+  as ``inputs["rnn"]`` and replaced by the model's ``outputs["rnn"]`` after every step; a model in both roles has one;
+- after a step, the rows of agents whose episode ended (terminated or truncated) or that were masked are zeroed;
+- the rollout stores the hidden state each step *started* from, and whether the hidden state was reset after it;
+- the update cuts every env's rollout into sequences of ``L`` steps and draws mini-batches of whole sequences; each
+  starts from its stored hidden state, and ``inputs["terminated"]`` carries the resets, so the model replays what
+  acting did (the first mini-batch's ratio is exactly 1 without input preprocessors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+RESET_KEY = "rnn_reset"
+"""Rollout entry: whether the hidden state was reset after the step (episode end or masked agent), ``(G, 1)``."""
+
+
+def rnn_specification(owner: str, what: str, model: Any) -> tuple[int, list[tuple[int, int]]] | None:
+    """``(sequence_length, [(layers, hidden_size) per hidden tensor])`` of a recurrent skrl model, else None.
+
+    :raises ValueError: On a malformed specification (naming the model and the expected form).
+    """
+    get = getattr(model, "get_specification", None)
+    spec = get() if callable(get) else {}
+    rnn = spec.get("rnn") if isinstance(spec, dict) else None
+    if not rnn or not rnn.get("sizes"):
+        return None
+    form = '{"rnn": {"sequence_length": L, "sizes": [(num_layers, num_envs, hidden_size), ...]}}'
+    try:
+        length = int(rnn.get("sequence_length", 1))
+        sizes = [(int(layers), int(hidden)) for layers, _, hidden in rnn["sizes"]]
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner}: {what}.get_specification() must return {form}; got {spec!r}") from None
+    if length < 1 or any(layers < 1 or hidden < 1 for layers, hidden in sizes):
+        raise ValueError(f"{owner}: {what}.get_specification() has non-positive sizes or sequence_length: {spec!r}")
+    return length, sizes
+
+
+def is_recurrent(model: Any) -> bool:
+    get = getattr(model, "get_specification", None)
+    spec = get() if callable(get) else {}
+    return bool(isinstance(spec, dict) and (spec.get("rnn") or {}).get("sizes"))
+
+
+class RecurrentState:
+    """The hidden states of one group's recurrent roles (see the module docstring)."""
+
+    def __init__(self, sizes: dict[str, list[tuple[int, int]]], *, sequence_length: int, shared: bool) -> None:
+        """:param sizes: ``{role: [(layers, hidden_size), ...]}`` of the recurrent roles.
+        :param shared: Whether policy and value are one model (one hidden state, the policy's).
+        """
+        self.sizes, self.sequence_length, self.shared = sizes, sequence_length, shared
+        self.current: dict[str, list[torch.Tensor]] | None = None
+
+    @property
+    def roles(self) -> list[str]:
+        """Roles with hidden states of their own (a model in both roles: the policy only)."""
+        return ["policy"] if self.shared else list(self.sizes)
+
+    def ensure(self, rows: int, device: torch.device | str) -> None:
+        """Zero hidden states ``(layers, rows, H)`` when there are none or the number of rows changed."""
+        if self.current is not None and all(h.shape[1] == rows for hs in self.current.values() for h in hs):
+            return
+        self.current = {
+            role: [torch.zeros(layers, rows, hidden, device=device) for layers, hidden in self.sizes[role]]
+            for role in self.roles
+        }
+        if self.shared:
+            self.current["value"] = self.current["policy"]
+
+    def inputs(self, role: str) -> dict[str, Any]:
+        """``{"rnn": hidden states}`` for ``role``, or nothing when its model is not recurrent."""
+        return {"rnn": self.current[role]} if role in self.sizes else {}
+
+    def advance(self, new: dict[str, list[torch.Tensor] | None], reset: torch.Tensor) -> None:
+        """Take the models' new hidden states (fp32), zeroing the rows where ``reset`` ``(rows,)`` is True."""
+        keep = (~reset).float().view(1, -1, 1)
+        for role in self.roles:
+            if new.get(role) is not None:
+                self.current[role] = [h.float() * keep for h in new[role]]
+        if self.shared:
+            self.current["value"] = self.current["policy"]
+
+    # ------------------------------------------------------------------ storage
+
+    def specs(self, group_size: int) -> dict[str, tuple[int, int, torch.dtype]]:
+        """Rollout entries: the hidden states each step started from, ``(G, layers * H)`` per tensor, and resets."""
+        specs = {
+            f"rnn_{role}_{i}": (group_size, layers * hidden, torch.float32)
+            for role in self.roles
+            for i, (layers, hidden) in enumerate(self.sizes[role])
+        }
+        specs[RESET_KEY] = (group_size, 1, torch.bool)
+        return specs
+
+    def stored(self, hidden: dict[str, list[torch.Tensor]], group_size: int) -> dict[str, torch.Tensor]:
+        """The hidden states ``(layers, G * n, H)`` as rollout entries ``(G, n, layers * H)``."""
+        entries = {}
+        for role in self.roles:
+            for i, h in enumerate(hidden[role]):
+                layers, rows, size = h.shape
+                entries[f"rnn_{role}_{i}"] = h.view(layers, group_size, rows // group_size, size).permute(1, 2, 0, 3)
+        return entries
+
+    def batch_inputs(self, batch: dict[str, torch.Tensor], role: str) -> dict[str, Any]:
+        """``{"rnn": [(layers, G * B, H)], "terminated", "truncated"}`` of a mini-batch ``(G, B, ...)`` for
+        ``role`` (nothing when its model is not recurrent)."""
+        if role not in self.sizes:
+            return {}
+        source = "policy" if self.shared else role
+        hidden = []
+        for i, (layers, size) in enumerate(self.sizes[source]):
+            x = batch[f"rnn_{source}_{i}"]
+            hidden.append(x.reshape(-1, layers, size).transpose(0, 1).contiguous())
+        return {
+            "rnn": hidden,
+            "terminated": batch[RESET_KEY].reshape(-1, 1),
+            "truncated": batch["truncated"].reshape(-1, 1),
+        }
+
+
+def sequence_indexes(rollouts: int, num_envs: int, sequence_length: int, *, device) -> torch.Tensor:
+    """``(S, L)`` sample indexes of the rollout's sequences (sample ``i`` is step ``i // num_envs``, env
+    ``i % num_envs``): each env's steps cut into ``rollouts // L`` sequences of ``L`` consecutive steps."""
+    L = sequence_length
+    chunk = torch.arange(rollouts // L, device=device).view(-1, 1, 1)
+    env = torch.arange(num_envs, device=device).view(1, -1, 1)
+    step = torch.arange(L, device=device).view(1, 1, -1)
+    return ((chunk * L + step) * num_envs + env).reshape(-1, L)
+
+
+def sequence_mini_batch_indexes(sequences: torch.Tensor, mini_batches: int) -> Iterator[torch.Tensor]:
+    """One epoch's mini-batches of whole sequences in random order: each the ``L`` steps of one sequence after
+    another. With ``L == 1`` the same indexes (and RNG draws) as :func:`~.rollout.mini_batch_indexes`."""
+    order = torch.randperm(sequences.shape[0], device=sequences.device)
+    for part in torch.tensor_split(order, mini_batches):
+        yield sequences[part].reshape(-1)
