@@ -342,10 +342,25 @@ def test_continuous_noise_in_training_only_clipped_and_scheduled():
     assert outputs["mean_actions"]["agent_0"] is greedy["agent_0"]
 
 
+def test_default_noise_anneals_over_the_first_third_of_the_run():
+    """Defaults: GaussianNoise std 0.3, its factor 1 -> 0.3 over a third of the trainer's timesteps (BenchMARL's rule)."""
+    env = spread(num_envs=4096, num_agents=2)
+    agent = make_agent(env)
+    agent.init()
+    agent.enable_training_mode(True)
+    assert [agent._noise_scale(t, 300) for t in (0, 50, 100, 250)] == pytest.approx([1.0, 0.65, 0.3, 0.3])
+    obs, _ = env.reset()
+    mu = agent.models["agent_0"]["policy"].act({"observations": obs["agent_0"]}, role="policy")[0]
+    for timestep, std in ((0, 0.3), (100, 0.09)):
+        noisy, _ = agent.act(obs, env.state(), timestep=timestep, timesteps=300)
+        inside = (noisy["agent_0"].abs() < 1.0) & (mu.abs() < 0.5)  # away from the clipping bounds
+        assert (noisy["agent_0"] - mu)[inside].std().item() == pytest.approx(std, rel=0.05)
+
+
 @pytest.mark.parametrize("continuous", [True, False])
 def test_random_timesteps_act_uniformly_then_the_policy_acts(continuous):
     env = spread(num_envs=512, num_agents=2, continuous=continuous)
-    agent = make_agent(env, {"random_timesteps": 5, "exploration_initial_scale": 0.0})
+    agent = make_agent(env, {"random_timesteps": 5, "exploration_initial_scale": 0.0, "exploration_final_scale": 0.0})
     agent.init()
     agent.enable_training_mode(True)
     obs, _ = env.reset()
@@ -472,6 +487,8 @@ def test_default_config_trains_and_evaluates_through_trainers(trainer_cls, conti
 def test_checkpoint_round_trip(tmp_path):
     env = spread(num_envs=4, num_agents=2, continuous=True)
     cfg = {
+        "gradient_steps": 1,
+        "actor_learning_rate": 1e-3,
         "batch_size": 16,
         "mixed_precision": True,
         "observation_preprocessor": RunningStandardScaler,

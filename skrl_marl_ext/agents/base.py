@@ -279,7 +279,9 @@ class GroupedMultiAgent(MultiAgent):
                 if not present:
                     continue
                 n = present[0].shape[0]
-                group_actions, group_outputs, greedy = self._act_group(group, observations, states, timestep=timestep)
+                group_actions, group_outputs, greedy = self._act_group(
+                    group, observations, states, timestep=timestep, timesteps=timesteps
+                )
                 self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
                 if greedy is group_actions:  # acting was deterministic already: the same tensors
                     deterministic.update({uid: actions[uid] for uid in group.uids if uid in observations})
@@ -290,7 +292,7 @@ class GroupedMultiAgent(MultiAgent):
         return actions, outputs
 
     def _act_group(
-        self, group: AgentGroup, observations: dict, states: Any, *, timestep: int
+        self, group: AgentGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
     ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor | None]:
         """Hook: one group's actions and policy outputs, agent-major ``(G * n, ...)``, and (in evaluation) its
         deterministic actions."""

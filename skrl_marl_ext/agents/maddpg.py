@@ -214,7 +214,7 @@ class MADDPG(GroupedMultiAgent):
             group.low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device).reshape(-1)
             group.high = torch.as_tensor(space.high, dtype=torch.float32, device=self.device).reshape(-1)
             if self.cfg.exploration_noise is None:
-                group.noise = GaussianNoise(mean=0.0, std=0.1, device=self.device)
+                group.noise = GaussianNoise(mean=0.0, std=0.3, device=self.device)
             else:
                 group.noise = copy.deepcopy(self.cfg.exploration_noise)
 
@@ -333,14 +333,16 @@ class MADDPG(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ acting
 
-    def _noise_scale(self, timestep: int) -> float:
+    def _noise_scale(self, timestep: int, timesteps: int) -> float:
+        """The noise factor at ``timestep``: linear from the initial to the final scale over ``exploration_timesteps``
+        (None: a third of the run's ``timesteps``), the final scale after."""
         initial, final, steps = (
             self.cfg.exploration_initial_scale,
             self.cfg.exploration_final_scale,
             self.cfg.exploration_timesteps,
         )
         if steps is None:
-            return initial
+            steps = max(1, (timesteps or 0) // 3)
         return initial + (final - initial) * min(max(timestep, 0) / steps, 1.0)
 
     def _random_actions(self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -356,7 +358,7 @@ class MADDPG(GroupedMultiAgent):
         return low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
 
     def _act_group(
-        self, group: MADDPGGroup, observations: dict, states: Any, *, timestep: int
+        self, group: MADDPGGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         """One group's actions: in training ``clip(mu(o) + scale * noise, low, high)`` for Box actions and a sample of
         the categorical policy for Discrete ones (uniform during ``cfg.random_timesteps``); in evaluation ``mu(o)``
@@ -388,7 +390,7 @@ class MADDPG(GroupedMultiAgent):
                 group_actions = logits.argmax(dim=-1, keepdim=True)
         else:
             group_actions = group_actions.float()
-            scale = self._noise_scale(timestep)
+            scale = self._noise_scale(timestep, timesteps)
             if self.training and scale > 0:
                 noise = group.noise.sample(group_actions.shape).to(group_actions)
                 group_actions = group_actions + scale * noise

@@ -34,22 +34,28 @@ class MADDPG_CFG(MarlCfg):
         "batch_agent_models",
     )
 
-    gradient_steps: int = 1
-    """Gradient steps per environment step (each draws a fresh batch). One value for all agents."""
+    gradient_steps: int = 2
+    """Gradient steps per environment step (each draws a fresh batch). One value for all agents. 2: with many parallel
+    envs one step of all of them is many transitions; on VMAS balance (128 envs, 1M frames, seed 0) 2 steps reached
+    43.0 where 1 step reached 31.2 with the rest of this config (BENCHMARKS.md, "MADDPG defaults"). BenchMARL takes
+    about 21 samples per collected frame (1000 steps of 128 per 6000 frames); 2 x 1024 per 128-env step is 16."""
 
-    batch_size: int = 256
+    batch_size: int = 1024
     """Number of joint transitions per gradient step: the same (step, env) rows of every agent's memory.
-    One value for all agents."""
+    One value for all agents. 1024: fewer, larger steps than BenchMARL's 128 cost less Python per sample on a CPU."""
 
-    discount_factor: float | dict[str, float] = 0.95
-    """Discount factor ``gamma`` in ``[0, 1]`` (per agent). 0.95 as in the MADDPG paper."""
+    discount_factor: float | dict[str, float] = 0.99
+    """Discount factor ``gamma`` in ``[0, 1]`` (per agent). 0.99 as BenchMARL (VMAS episodes of 100+ steps); the MADDPG
+    paper's 0.95 was for 25-step MPE episodes."""
 
-    polyak: float | dict[str, float] = 0.01
+    polyak: float | dict[str, float] = 0.005
     """Target network update weight in ``[0, 1]`` (per agent), skrl's convention:
-    ``target = polyak * online + (1 - polyak) * target`` after every gradient step (``tau`` of the paper, 0.01)."""
+    ``target = polyak * online + (1 - polyak) * target`` after every gradient step. 0.005 as BenchMARL (``polyak_tau``);
+    with 2 gradient steps per env step the targets move as fast as 0.01 at one step (the paper's ``tau``)."""
 
-    actor_learning_rate: float | dict[str, float] = 1e-3
-    """Learning rate of the policies' Adam optimisers (per agent)."""
+    actor_learning_rate: float | dict[str, float] = 5e-4
+    """Learning rate of the policies' Adam optimisers (per agent). Half the critic's: the policy follows the critic's
+    gradient, which must be the better estimate."""
 
     critic_learning_rate: float | dict[str, float] = 1e-3
     """Learning rate of the critics' Adam optimisers (per agent)."""
@@ -89,17 +95,19 @@ class MADDPG_CFG(MarlCfg):
     exploration_noise: Any = None
     """Exploration noise of continuous actions: an instance of a skrl noise (``GaussianNoise``,
     ``OrnsteinUhlenbeckNoise``; anything with ``sample(size) -> tensor``). Each group of agents gets its own copy.
-    None means ``GaussianNoise(mean=0, std=0.1)`` on the agent's device. Discrete actions explore by sampling
-    their categorical policy instead."""
+    None means ``GaussianNoise(mean=0, std=0.3)`` on the agent's device (30% of a [-1, 1] action range; with the
+    default schedule it ends at std 0.09). Discrete actions explore by sampling their categorical policy instead."""
 
     exploration_initial_scale: float = 1.0
     """Factor on the noise at the first timestep; 0 turns the noise off."""
 
-    exploration_final_scale: float = 1.0
-    """Factor on the noise at ``exploration_timesteps`` and after; the factor moves linearly in between."""
+    exploration_final_scale: float = 0.3
+    """Factor on the noise at ``exploration_timesteps`` and after; the factor moves linearly in between. 0.3: explore
+    widely first, then act near the policy (the returns a run reports are those of its noisy actions)."""
 
     exploration_timesteps: int | None = None
-    """Timesteps over which the noise factor goes from the initial to the final scale; None keeps the initial one."""
+    """Timesteps over which the noise factor goes from the initial to the final scale; None: the first third of the
+    trainer's ``timesteps`` (BenchMARL's default, ``max_n_frames / 3``)."""
 
     gumbel_temperature: float | dict[str, float] = 1.0
     """Temperature of the straight-through Gumbel-softmax through which discrete actors are trained (per agent)."""

@@ -438,7 +438,7 @@ class OnPolicyAgent(GroupedMultiAgent):
     # ------------------------------------------------------------------ acting
 
     def _act_group(
-        self, group: OnPolicyGroup, observations: dict, states: Any, *, timestep: int
+        self, group: OnPolicyGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         """One group's sampled actions ``(G * n, size)``, outputs and (in evaluation) mean/greedy actions; in
         training, the decision is kept for ``record_transition`` to store."""
