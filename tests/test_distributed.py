@@ -90,13 +90,15 @@ def test_torchrun_cpu_ranks_agree_bitwise(algo, tmp_path):
     assert all(torch.equal(results[0]["final"], r["final"]) for r in results[1:])
 
 
-def test_cli_train_under_torchrun_on_cpu(tmp_path):
+@pytest.mark.parametrize("models", [[], ["--rnn", "gru", "--sequence-length", "4"]], ids=["mlp", "gru"])
+def test_cli_train_under_torchrun_on_cpu(models, tmp_path):
     """``torchrun -m skrl_marl_ext train`` on CPU: the CLI creates the gloo group itself (skrl would ask for NCCL),
-    the two ranks (envs seeded apart) end with the same parameters, and rank 0 alone writes the one run folder."""
+    the two ranks (envs seeded apart) end with the same parameters, and rank 0 alone writes the one run folder; with
+    MLP and with recurrent (GRU) models."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(_free_port())]
     train = ["-m", "skrl_marl_ext", "train", "--env", "builtin:spread", "--num-envs", "4", "--timesteps", "16"]
     overrides = ["agent.rollouts=8", "agent.learning_epochs=2", "agent.mini_batches=2"]  # two updates
-    argv = [*command, *train, "--out", str(tmp_path), "--no-progress", *overrides]
+    argv = [*command, *train, *models, "--out", str(tmp_path), "--no-progress", *overrides]
     result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     summaries = [line for line in result.stdout.splitlines() if line.startswith("skrl-marl: trained")]
