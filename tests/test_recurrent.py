@@ -263,3 +263,32 @@ def test_skrl_documented_models_train_through_skrls_sequential_trainer(lstm):
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     for new, old in seen:
         assert torch.allclose(new, old, atol=1e-6, rtol=0)
+
+
+def test_maddpg_refuses_recurrent_models():
+    from helpers import make_maddpg, make_maddpg_models
+
+    env = spread(num_envs=2, num_agents=2)
+    models = make_maddpg_models(env)
+    models["agent_1"]["policy"] = GaussianRNN(
+        observation_space=env.observation_space("agent_1"), action_space=env.action_space("agent_1")
+    )
+    with pytest.raises(ValueError, match="the policy model of agent 'agent_1' is recurrent"):
+        make_maddpg(env, models=models)
+
+
+def test_time_limit_bootstrap_with_a_recurrent_critic_replays_exactly():
+    """Truncated episodes inside the rollout: V(final observation) is taken with the critic's hidden state of the
+    episode; acting and re-evaluation still agree."""
+    torch.manual_seed(0)
+    env = spread(num_envs=4, num_agents=2, episode_length=6)
+    agent = make_agent(env, "ippo", cfg={**CFG, "time_limit_bootstrap": True}, models=rnn_models(env, algo="ippo"))
+    seen = first_mini_batch_log_probs(agent)
+    drive(agent, env, 32)
+    for group in agent.groups:
+        b = group.rollout
+        assert bool(b["truncated"].any())
+        changed = (b["final_values"] != b["values"]) & b["truncated"]
+        assert bool(changed.any())  # V(final observation), not V(s_t)
+    for new, old in seen:
+        assert torch.allclose(new, old, atol=1e-6, rtol=0)

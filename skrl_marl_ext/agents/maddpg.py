@@ -69,6 +69,7 @@ from skrl_marl_ext.agents.batched import (
 )
 from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
 from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
+from skrl_marl_ext.agents.recurrent import is_recurrent
 from skrl_marl_ext.agents.replay import JointReplay
 from skrl_marl_ext.agents.validation import call_model, dry_run, expect_shape
 from skrl_marl_ext.functional import gumbel_softmax_st, masked_mean, one_hot_actions, polyak_update_, td_target
@@ -149,6 +150,14 @@ class MADDPG(GroupedMultiAgent):
 
     def _set_up(self) -> None:
         self.cfg: MADDPG_CFG
+        for uid in self.possible_agents:
+            for role, model in self.models[uid].items():
+                if is_recurrent(model):
+                    raise ValueError(
+                        f"MADDPG: the {role} model of agent '{uid}' is recurrent (its get_specification() has "
+                        "'rnn'); MADDPG replays single transitions and feeds no hidden states. Use an MLP model, or "
+                        "MAPPO/IPPO for recurrent ones"
+                    )
         self.replay = JointReplay(self.memories, owner=type(self).__name__, possible_agents=self.possible_agents)
         self._obs_sizes = {
             u: compute_space_size(self.observation_spaces[u], occupied_size=True) for u in self.possible_agents
