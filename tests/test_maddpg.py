@@ -428,8 +428,8 @@ def _train(env, agent, steps):
 
 @pytest.mark.slow
 def test_learns_continuous_spread():
-    # the default config; 3 agents, 16 envs, 1500 steps (24k frames), about 30 s on one core: greedy return
-    # -9.1 / -8.5 / -8.5 with seeds 0 / 1 / 2 (benchmarks/spread_learning.py; zero action -25.9, goal -6.0)
+    # the default config; 3 agents, 16 envs, 1500 steps (24k frames): greedy return
+    # -7.3 / -8.3 / -7.3 with seeds 0 / 1 / 2 (benchmarks/spread_learning.py; zero action -25.9, goal -6.0)
     torch.manual_seed(0)
     env = spread(num_envs=16, num_agents=3, continuous=True, seed=0)
     agent = make_agent(env, {}, memories=make_memories(env, 1000), hidden=(64, 64))
@@ -440,7 +440,7 @@ def test_learns_continuous_spread():
 @pytest.mark.slow
 def test_learns_discrete_spread():
     # discrete moves (stay, +-x, +-y) through the Gumbel-softmax actor; the default config, 2 agents, 16 envs,
-    # 1000 steps, about 15-20 s on one core: greedy return -7.75 / -7.72 / -7.54 with seeds 0 / 1 / 2
+    # 1000 steps: greedy return -7.6 / -7.7 / -7.6 with seeds 0 / 1 / 2 (benchmarks/spread_learning.py)
     torch.manual_seed(0)
     env = spread(num_envs=16, num_agents=2, continuous=False, seed=0)
     agent = make_agent(env, {}, memories=make_memories(env, 1000), hidden=(64, 64))
