@@ -30,6 +30,17 @@ The study (10 seeds x 5 variants on balance, 128 envs x 4000 steps = 512k frames
         --seeds 0-9 --jobs 2
     python benchmarks/learning_study.py --report
 
+The multi-task study at 1M frames per run (issue 15: our MAPPO, IPPO and MADDPG beside skrl's MAPPO and IPPO; each
+command its own process, run side by side on the 2 cores)::
+
+    python benchmarks/learning_study.py --tasks vmas:balance,vmas:navigation,vmas:transport \
+        --algos skrl-mappo,skrl-ippo --seeds 0-2 --frames 1000000
+    python benchmarks/learning_study.py --tasks vmas:balance,vmas:navigation,vmas:transport \
+        --algos mappo,ippo --seeds 0-2 --frames 1000000
+    python benchmarks/learning_study.py --tasks vmas:balance,vmas:navigation --algos maddpg --seeds 0-2 \
+        --frames 1000000
+    python benchmarks/learning_study.py --report
+
 Re-running the first command trains only what is missing. ``--tag`` marks rows (e.g. the code version they were
 taken with) and is part of the config hash, so ``--tag after-fix`` trains the same runs again next to the old ones.
 A tiny end-to-end check::

@@ -869,8 +869,8 @@ class OnPolicyAgent(GroupedMultiAgent):
         self.reset_recurrent_states()
 
     def reset_recurrent_states(self) -> None:
-        """Zero the hidden states of recurrent models, e.g. after resetting the env outside a trainer (a trainer's
-        ``train``/``eval`` call :meth:`init`, which does it)."""
+        """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
+        :meth:`init`, which does it, when they are constructed)."""
         for group in self.groups:
             if group.recurrent is not None:
                 group.recurrent.current = None
