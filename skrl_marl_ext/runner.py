@@ -81,7 +81,19 @@ def load_algorithm(name: str) -> tuple[type, type]:
 SHARE_KEY = "share_across_agents"
 
 
-def policy_mlp(*, observation_space, action_space, state_space=None, device=None, deterministic=False, **kwargs):
+def _policy(name: str, box: type, discrete: type, action_space, **kwargs):
+    """``box(...)`` for Box actions, ``discrete(...)`` for Discrete (the Gaussian-only keys dropped); ``name`` is the
+    YAML class name for the error on another action space."""
+    if isinstance(action_space, gymnasium.spaces.Box):
+        return box(action_space=action_space, **kwargs)
+    if isinstance(action_space, gymnasium.spaces.Discrete):
+        kwargs.pop("initial_log_std", None)
+        kwargs.pop("clip_actions", None)
+        return discrete(action_space=action_space, **kwargs)
+    raise ValueError(f"{name}: action space {action_space} is neither Box nor Discrete; give a model class")
+
+
+def policy_mlp(*, action_space, deterministic=False, **kwargs):
     """A :class:`~skrl_marl_ext.models.GaussianMLP` for Box actions, a :class:`CategoricalMLP` for Discrete.
 
     :param deterministic: Box actions get a :class:`~skrl_marl_ext.models.DeterministicMLP` (MADDPG) instead.
@@ -91,39 +103,19 @@ def policy_mlp(*, observation_space, action_space, state_space=None, device=None
     :raises ValueError: On another action space.
     """
     if isinstance(action_space, gymnasium.spaces.Box) and deterministic:
-        cls = DeterministicMLP
         for key in ("initial_log_std", "clip_actions", "clip_log_std", "min_log_std", "max_log_std"):
             kwargs.pop(key, None)
-    elif isinstance(action_space, gymnasium.spaces.Box):
-        cls = GaussianMLP
-    elif isinstance(action_space, gymnasium.spaces.Discrete):
-        cls = CategoricalMLP
-        kwargs.pop("initial_log_std", None)
-        kwargs.pop("clip_actions", None)
-    else:
-        raise ValueError(f"PolicyMLP: action space {action_space} is neither Box nor Discrete; give a model class")
-    return cls(
-        observation_space=observation_space, action_space=action_space, state_space=state_space, device=device, **kwargs
-    )
+        return DeterministicMLP(action_space=action_space, **kwargs)
+    return _policy("PolicyMLP", GaussianMLP, CategoricalMLP, action_space, **kwargs)
 
 
-def policy_rnn(*, observation_space, action_space, state_space=None, device=None, **kwargs):
+def policy_rnn(*, action_space, **kwargs):
     """A :class:`~skrl_marl_ext.models.GaussianRNN` for Box actions, a :class:`CategoricalRNN` for Discrete (MAPPO
     and IPPO; ``cell`` picks GRU or LSTM).
 
     :raises ValueError: On another action space.
     """
-    if isinstance(action_space, gymnasium.spaces.Box):
-        cls = GaussianRNN
-    elif isinstance(action_space, gymnasium.spaces.Discrete):
-        cls = CategoricalRNN
-        kwargs.pop("initial_log_std", None)
-        kwargs.pop("clip_actions", None)
-    else:
-        raise ValueError(f"PolicyRNN: action space {action_space} is neither Box nor Discrete; give a model class")
-    return cls(
-        observation_space=observation_space, action_space=action_space, state_space=state_space, device=device, **kwargs
-    )
+    return _policy("PolicyRNN", GaussianRNN, CategoricalRNN, action_space, **kwargs)
 
 
 def deterministic_policy_mlp(**kwargs):
