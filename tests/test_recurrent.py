@@ -211,7 +211,6 @@ def test_per_agent_recurrent_models_run_as_groups_of_one_shared_as_one_group():
     assert [g.size for g in own.groups] == [1, 1, 1] and not any(g.batched for g in own.groups)
     shared = make_agent(env, cfg=CFG, models=rnn_models(env, shared=True))
     assert [g.size for g in shared.groups] == [3]
-    rows = None
     drive(shared, env, 2)
     rows = shared.groups[0].recurrent.current["policy"][0].shape
     assert rows == (1, 3 * 2, 16)  # (layers, G * num_envs, hidden)
