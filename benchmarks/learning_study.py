@@ -147,6 +147,34 @@ VARIANTS: dict[str, Variant] = {
     # Add MADDPG variants here, e.g. "maddpg-noise01": Variant("runner", "maddpg", overrides=(...,)), or give them
     # a builder of their own in BUILDERS.
     "maddpg": Variant("runner", "maddpg", note="skrl_marl_ext.MADDPG, configs/maddpg.yaml (relu models, replay)"),
+    # probes of the navigation collapse (issue 15): BenchMARL's replay of 1M frames (7813 rows x 128 envs), and the
+    # same with half the learning rates
+    "maddpg-replay1m": Variant(
+        "runner", "maddpg", overrides=(("memory.memory_size", 7813),), note="MADDPG, replay of 1M transitions"
+    ),
+    "maddpg-replay1m-preg": Variant(
+        "runner",
+        "maddpg",
+        overrides=(("memory.memory_size", 7813), ("policy_regularization", 1e-3)),
+        note="MADDPG, replay of 1M transitions, the paper code's pre-tanh penalty 1e-3",
+    ),
+    "maddpg-replay1m-smooth": Variant(
+        "runner",
+        "maddpg",
+        overrides=(
+            ("memory.memory_size", 7813),
+            ("smooth_regularization_noise", "GaussianNoise"),
+            ("smooth_regularization_noise_kwargs", {"mean": 0.0, "std": 0.2}),
+            ("smooth_regularization_clip", 0.5),
+        ),
+        note="MADDPG, replay of 1M transitions, TD3's target policy smoothing (std 0.2, clip 0.5)",
+    ),
+    "maddpg-replay1m-lr": Variant(
+        "runner",
+        "maddpg",
+        overrides=(("memory.memory_size", 7813), ("actor_learning_rate", 2.5e-4), ("critic_learning_rate", 5e-4)),
+        note="MADDPG, replay of 1M transitions, half the learning rates",
+    ),
 }
 """The study's variants by name (the report lists them in this order)."""
 DEFAULT_ALGOS = ("skrl-mappo", "mappo", "skrl-ippo", "ippo", "mappo-paper")
@@ -172,11 +200,22 @@ def agent_config(variant: Variant) -> dict[str, Any]:
     return cfg
 
 
+def runner_config(variant: Variant) -> dict[str, Any]:
+    """A runner variant's whole config: ``configs/<algo>.yaml`` with the overrides, which name agent fields
+    (``"batch_size"``) or, as ``"<section>.<key>"``, a field of another section (``"memory.memory_size"``)."""
+    config = {
+        key: dict(value) if isinstance(value, dict) else value for key, value in default_config(variant.algo).items()
+    }
+    for key, value in variant.overrides:
+        section, _, field = key.rpartition(".")
+        config[section or "agent"][field] = value
+    return config
+
+
 def run_description(variant: Variant, *, task: str, num_envs: int, timesteps: int, tag: str) -> dict[str, Any]:
     """Everything that defines a run apart from its seed (what the config hash covers)."""
     if variant.builder == "runner":
-        config = default_config(variant.algo)
-        config = {**config, "agent": {**config["agent"], **dict(variant.overrides)}}
+        config = runner_config(variant)
     else:
         config = {"agent": agent_config(variant), "models": MODEL}
     return {
@@ -306,9 +345,8 @@ def build_runner(env, *, variant: Variant, seed: int, timesteps: int, directory:
     """An agent of ours from ``skrl_marl_ext/configs/<algo>.yaml`` through our Runner (MADDPG): returns the trainer."""
     from skrl_marl_ext.runner import Runner
 
-    cfg = default_config(variant.algo)
+    cfg = runner_config(variant)
     cfg["seed"] = seed  # the Runner calls skrl's set_seed(seed) after the env exists, as for the on-policy variants
-    cfg["agent"] = {**cfg["agent"], **dict(variant.overrides)}
     cfg["agent"]["experiment"] = {
         "directory": directory,
         "experiment_name": "run",

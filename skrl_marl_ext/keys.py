@@ -31,10 +31,16 @@ MEAN_ACTIONS_KEY = "mean_actions"
 mode. skrl's trainers read ``outputs.get("mean_actions", actions)`` from the top level of the outputs; skrl 2.1.1's
 multi-agents never put it there, so their evaluation silently samples."""
 
+PRE_TANH_ACTIONS_KEY = "pre_tanh_actions"
+"""Key of a deterministic policy's output before the ``tanh`` that maps it onto the action bounds, in the outputs of
+its ``compute``/``act`` (:class:`~skrl_marl_ext.models.DeterministicMLP` gives it). MADDPG's
+``cfg.policy_regularization`` penalises its square."""
+
 __all__ = [
     "ACTION_MASK_KEY",
     "AGENT_MASK_KEY",
     "FINAL_OBSERVATIONS_KEY",
     "FINAL_STATES_KEY",
     "MEAN_ACTIONS_KEY",
+    "PRE_TANH_ACTIONS_KEY",
 ]

@@ -245,10 +245,11 @@ class Runner(SkrlRunner):
             for uid in env.possible_agents
         }
         agent_cfg = self._process_cfg(cfg["agent"])
-        noise = agent_cfg.get("exploration_noise")
-        noise_kwargs = agent_cfg.pop("exploration_noise_kwargs", {}) or {}
-        if isinstance(noise, type):  # skrl 2.x DDPG YAML: a class and its kwargs
-            agent_cfg["exploration_noise"] = noise(**{"device": env.device, **noise_kwargs})
+        for name in ("exploration_noise", "smooth_regularization_noise"):
+            noise = agent_cfg.get(name)
+            noise_kwargs = agent_cfg.pop(f"{name}_kwargs", {}) or {}
+            if isinstance(noise, type):  # skrl 2.x DDPG/TD3 YAML: a class and its kwargs
+                agent_cfg[name] = noise(**{"device": env.device, **noise_kwargs})
         agent_class, _ = self._classes
         return agent_class(
             possible_agents=env.possible_agents,

@@ -930,3 +930,171 @@ def test_masked_maddpg_trains_through_the_trainer_and_round_trips_a_checkpoint(d
             assert torch.equal(params(fresh.models[uid][role]), params(agent.models[uid][role]))
     _train(env, fresh, 6)  # the loaded agent goes on training, still within the masks
     assert env.violations == 0
+
+
+# ---------------------------------------------------------------- joint replay storage
+
+
+def test_replay_rows_match_skrls_add_samples_and_live_in_one_storage_per_width():
+    """The memories' tensors are slices of one storage tensor per (name, width); after wrapping around, every agent's
+    memory holds what skrl's own add_samples of the same rows gives, with the same indexes and flags."""
+    env = spread(num_envs=3, num_agents=3, continuous=True, seed=2)
+    agent = make_agent(env, {"learning_starts": 10**9}, memories=make_memories(env, size=5))
+    reference = {uid: RandomMemory(memory_size=5, num_envs=3) for uid in env.possible_agents}
+    for uid in env.possible_agents:
+        for name in agent.replay.names[uid]:
+            tensor = agent.memories[uid].tensors[name]
+            reference[uid].create_tensor(name, size=tensor.shape[-1], dtype=tensor.dtype)
+    add = agent.replay.add
+
+    def add_both(rows):
+        for uid in env.possible_agents:
+            reference[uid].add_samples(**rows[uid])
+        add(rows)
+
+    agent.replay.add = add_both
+    drive(agent, env, 7)  # 5 rows, then 2 overwritten
+    for uid in env.possible_agents:
+        memory, expected = agent.memories[uid], reference[uid]
+        assert (memory.memory_index, memory.env_index, memory.filled) == (2, 0, True)
+        assert (expected.memory_index, expected.env_index, expected.filled) == (2, 0, True)
+        for name in agent.replay.names[uid]:
+            torch.testing.assert_close(memory.tensors[name], expected.tensors[name], rtol=0, atol=0)
+            assert memory.tensors_view[name].data_ptr() == memory.tensors[name].data_ptr()
+    for name, parts in agent.replay.parts.items():
+        assert len(parts) == 1 and parts[0][0] == env.possible_agents  # spread agents: equal widths, one storage
+        for k, uid in enumerate(env.possible_agents):
+            assert agent.memories[uid].tensors[name].data_ptr() == parts[0][1][k].data_ptr()
+    indexes = torch.tensor([0, 4, 14, 7])
+    batch = agent.sample_batch(indexes)
+    for uid in env.possible_agents:
+        for name in agent.replay.names[uid]:
+            torch.testing.assert_close(batch[uid][name], reference[uid].tensors_view[name][indexes], rtol=0, atol=0)
+
+
+def test_agents_of_other_widths_get_storages_of_their_own():
+    """Agents whose rows differ in width (a bigger observation here) are stored apart; rows stay aligned."""
+    env = spread(num_envs=2, num_agents=3, continuous=True, seed=3)
+    spaces = dict(env.observation_spaces)
+    spaces["agent_2"] = gymnasium.spaces.Box(-float("inf"), float("inf"), (spaces["agent_2"].shape[0] + 3,))
+    agent = make_agent(env)
+    replay = type(agent.replay)(make_memories(env, size=4), owner="test", possible_agents=env.possible_agents)
+    replay.create_tensor("observations", sizes={u: s.shape[0] for u, s in spaces.items()}, dtype=torch.float32)
+    assert [uids for uids, _ in replay.parts["observations"]] == [["agent_0", "agent_1"], ["agent_2"]]
+    rows = {u: {"observations": torch.full((2, s.shape[0]), float(i))} for i, (u, s) in enumerate(spaces.items())}
+    replay.add(rows)
+    batch = replay.sample(torch.tensor([1, 0]), device="cpu")
+    for i, uid in enumerate(env.possible_agents):
+        assert batch[uid]["observations"].shape == (2, spaces[uid].shape[0])
+        assert (batch[uid]["observations"] == i).all()
+
+
+# ---------------------------------------------------------------- TD3's target smoothing, the paper's pre-tanh penalty
+
+
+class ConstantNoise:
+    def __init__(self, value):
+        self.value = value
+
+    def sample(self, size):
+        return torch.full(size, self.value)
+
+
+@pytest.mark.parametrize("value", [0.8, -0.3], ids=["clipped", "inside"])
+def test_target_policy_smoothing_matches_hand_computation(value):
+    """y = r + gamma (1 - d) Q'(s', clip(mu'(o') + clip(noise, -c, c), low, high)): 0.8 is clipped to c = 0.5, and
+    target actions near the bounds cross them."""
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=4)
+    cfg = {
+        "batch_size": 32,
+        "discount_factor": 0.9,
+        "learning_starts": 10**9,
+        "smooth_regularization_noise": ConstantNoise(value),
+        "smooth_regularization_clip": 0.5,
+    }
+    agent = make_agent(env, cfg)
+    drive(agent, env, 30)
+    models = agent.models
+    with torch.no_grad():  # target actions near the bounds, so that the noise crosses them in some rows
+        for p in agent.groups[0].parameters("target_policy"):
+            p.mul_(4.0)
+    indexes = agent.sample_indexes()
+    batch = agent.sample_batch(indexes)
+    noise = max(min(value, 0.5), -0.5)
+    with torch.no_grad():
+        next_joint = torch.cat(
+            [
+                (models[u]["target_policy"].net(batch[u]["next_observations"]).tanh() + noise).clamp(-1.0, 1.0)
+                for u in env.possible_agents
+            ],
+            dim=-1,
+        )
+        joint = torch.cat([batch[u]["actions"] for u in env.possible_agents], dim=-1)
+        expected = {}
+        for uid in env.possible_agents:
+            b = batch[uid]
+            q_next = models[uid]["target_critic"].net(torch.cat([b["next_states"], next_joint], dim=-1))
+            y = b["rewards"] + 0.9 * (1.0 - b["terminated"].float()) * q_next
+            q = models[uid]["critic"].net(torch.cat([b["states"], joint], dim=-1))
+            expected[uid] = ((q - y) ** 2)[~b["truncated"].view(-1)].mean()
+    agent.sample_indexes = lambda: indexes
+    agent.tracking_data.clear()
+    agent._gradient_step()
+    for uid in env.possible_agents:
+        assert agent.tracking_data[f"Loss / Critic loss ({uid})"][-1] == pytest.approx(expected[uid].item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "loop"])
+def test_policy_regularization_adds_the_mean_square_of_the_pre_tanh_output(batched):
+    """The actor loss grows by weight x each agent's mean over rows and action dimensions of net(o)^2 (summed over the
+    agents of a batched group: each agent's own mean), computed here from the models by hand."""
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=5)
+    cfg = {"batch_size": 16, "learning_starts": 10**9, "policy_regularization": 0.01, "batch_agent_models": batched}
+    agent = make_agent(env, cfg)
+    drive(agent, env, 10)
+    batch = agent.sample_batch(agent.sample_indexes())
+    joint_taken = torch.cat([batch[u]["actions"] for u in env.possible_agents], dim=-1)
+    losses = {}
+    for weight in (0.01, 0.0):
+        total = 0.0
+        for group in agent.groups:
+            group.cfg["policy_regularization"] = weight
+            total += agent._actor_loss(group, batch, joint_taken=joint_taken)[0].item()
+        losses[weight] = total
+    with torch.no_grad():
+        penalty = sum(
+            agent.models[u]["policy"].net(batch[u]["observations"]).square().mean() for u in env.possible_agents
+        )
+    assert penalty > 0
+    assert losses[0.01] - losses[0.0] == pytest.approx(0.01 * penalty.item(), rel=1e-4)
+
+
+def test_policy_regularization_refuses_a_policy_without_the_pre_tanh_output():
+    class NoPreTanh(DeterministicMLP):
+        def compute(self, inputs, role=""):
+            actions, _ = super().compute(inputs, role)
+            return actions, {}
+
+    env = spread(num_envs=2, num_agents=2, continuous=True)
+    models = make_models(env)
+    for uid in env.possible_agents:
+        models[uid]["policy"] = NoPreTanh(
+            observation_space=env.observation_space(uid), action_space=env.action_space(uid), hidden_sizes=(32, 32)
+        )
+    with pytest.raises(ValueError, match="policy_regularization is 0.001 but the policy of agents .* gives no"):
+        make_agent(env, {"policy_regularization": 1e-3}, models=models)
+    make_agent(env, {"policy_regularization": 0.0}, models=copy.deepcopy(models))  # off: any deterministic policy
+
+
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({"policy_regularization": -1.0}, "policy_regularization"),
+        ({"smooth_regularization_clip": -0.1}, "smooth_regularization_clip"),
+        ({"smooth_regularization_noise": GaussianNoise}, "smooth_regularization_noise must be a noise instance"),
+    ],
+)
+def test_smoothing_and_penalty_config_is_checked(cfg, match):
+    env = spread(num_envs=2, num_agents=2, continuous=True)
+    with pytest.raises(ValueError, match=match):
+        make_agent(env, cfg)

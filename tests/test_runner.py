@@ -145,6 +145,23 @@ def test_maddpg_defaults_on_continuous_env_and_env_without_state():
     assert not torch.equal(before, _params(models["policy"]))
 
 
+def test_maddpg_yaml_target_smoothing_noise_class_and_kwargs_become_an_instance():
+    """skrl TD3's YAML keys: ``smooth_regularization_noise: GaussianNoise`` with its kwargs, as the exploration noise."""
+    _maddpg_available()
+    env = make_spread_env(num_envs=2, num_agents=2, seed=0)
+    cfg = _cfg(
+        os.path.join(CONFIGS, "maddpg.yaml"),
+        timesteps=4,
+        smooth_regularization_noise="GaussianNoise",
+        smooth_regularization_noise_kwargs={"mean": 0.0, "std": 0.2},
+        smooth_regularization_clip=0.4,
+    )
+    agent = Runner(env, cfg).agent
+    noise = agent.cfg.smooth_regularization_noise
+    assert isinstance(noise, GaussianNoise) and noise.distribution.scale.item() == pytest.approx(0.2)
+    assert agent.cfg.smooth_regularization_clip == 0.4
+
+
 def test_runner_errors_name_the_fix():
     env = make_spread_env(num_envs=2, num_agents=2, seed=0)
     cfg = _cfg(os.path.join(CONFIGS, "mappo.yaml"))

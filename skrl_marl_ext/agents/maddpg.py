@@ -79,6 +79,7 @@ from skrl_marl_ext.keys import (
     AGENT_MASK_KEY,
     FINAL_OBSERVATIONS_KEY,
     FINAL_STATES_KEY,
+    PRE_TANH_ACTIONS_KEY,
 )
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.models.masked_categorical import mask_logits
@@ -88,7 +89,14 @@ ROLES = ("policy", "target_policy", "critic", "target_critic")
 """Model roles every agent needs (skrl DDPG's names)."""
 
 # per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)
-_GROUP_FIELDS = (*SHARED_GROUP_FIELDS, "polyak", "actor_learning_rate", "critic_learning_rate", "gumbel_temperature")
+_GROUP_FIELDS = (
+    *SHARED_GROUP_FIELDS,
+    "polyak",
+    "actor_learning_rate",
+    "critic_learning_rate",
+    "gumbel_temperature",
+    "policy_regularization",
+)
 
 
 @dataclasses.dataclass(eq=False)
@@ -298,6 +306,13 @@ class MADDPG(GroupedMultiAgent):
         if group.discrete:
             policy_inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(owner=name, group=group, policy_inputs=policy_inputs, device=self.device)
+        if group.cfg["policy_regularization"] and not group.discrete:
+            with torch.no_grad():
+                _, outputs = call_model(
+                    name, f"the policy of agents {uids}", group.policy, policy_inputs, role="policy", hint=""
+                )
+            if not isinstance(outputs, dict) or outputs.get(PRE_TANH_ACTIONS_KEY) is None:
+                raise ValueError(self._no_pre_tanh(group))
         state_size = compute_space_size(group.critic_state_space, occupied_size=True)
         what = "the env's state" if self.env_states else "every agent's observation concatenated"
         hint = (
@@ -317,28 +332,37 @@ class MADDPG(GroupedMultiAgent):
                 values, _ = call_model(name, what, group.models[role], critic_inputs, role=role, hint=hint)
             expect_shape(name, what, values, (rows, 1), hint=hint)
 
+    def _no_pre_tanh(self, group: MADDPGGroup) -> str:
+        return (
+            f"{type(self).__name__}: cfg.policy_regularization is {group.cfg['policy_regularization']} but the policy "
+            f"of agents {group.uids} gives no outputs['{PRE_TANH_ACTIONS_KEY}'] (its output before the tanh; "
+            "skrl_marl_ext.models.DeterministicMLP gives it): return it from compute(), or set policy_regularization=0"
+        )
+
     def _create_memory_tensors(self) -> None:
         """Each agent's replay rows: observations, next observations, actions (indexes for Discrete agents),
         rewards, terminated, truncated, agent mask, states and next states (with the env's state), and for Discrete
-        agents the action masks of the observation and of the next observation (all True where none was given)."""
-        for uid in self.possible_agents:
-            space = self.action_spaces[uid]
-            discrete = isinstance(space, gymnasium.spaces.Discrete)
-            obs_size = self._obs_sizes[uid]
-            create = self.replay.create_tensor
-            create(uid, "observations", size=obs_size, dtype=torch.float32)
-            create(uid, "next_observations", size=obs_size, dtype=torch.float32)
-            create(uid, "actions", size=1 if discrete else compute_space_size(space), dtype=torch.float32)
-            create(uid, "rewards", size=1, dtype=torch.float32)
-            for name in ("terminated", "truncated", "agent_mask"):
-                create(uid, name, size=1, dtype=torch.bool)
-            if self.env_states:
-                state_size = compute_space_size(self.state_spaces[uid], occupied_size=True)
-                create(uid, "states", size=state_size, dtype=torch.float32)
-                create(uid, "next_states", size=state_size, dtype=torch.float32)
-            if discrete:
-                create(uid, "action_mask", size=int(space.n), dtype=torch.bool)
-                create(uid, "next_action_mask", size=int(space.n), dtype=torch.bool)
+        agents the action masks of the observation and of the next observation (all True where none was given).
+        Created name by name for all agents, so agents of equal widths share one storage tensor (:mod:`.replay`)."""
+        uids = self.possible_agents
+        spaces = self.action_spaces
+        discrete = [u for u in uids if isinstance(spaces[u], gymnasium.spaces.Discrete)]
+        create = self.replay.create_tensor
+        for name in ("observations", "next_observations"):
+            create(name, sizes=self._obs_sizes, dtype=torch.float32)
+        actions = {u: 1 if u in discrete else compute_space_size(spaces[u]) for u in uids}
+        create("actions", sizes=actions, dtype=torch.float32)
+        create("rewards", sizes=dict.fromkeys(uids, 1), dtype=torch.float32)
+        for name in ("terminated", "truncated", "agent_mask"):
+            create(name, sizes=dict.fromkeys(uids, 1), dtype=torch.bool)
+        if self.env_states:
+            states = {u: compute_space_size(self.state_spaces[u], occupied_size=True) for u in uids}
+            create("states", sizes=states, dtype=torch.float32)
+            create("next_states", sizes=states, dtype=torch.float32)
+        if discrete:
+            sizes = {u: int(spaces[u].n) for u in discrete}
+            create("action_mask", sizes=sizes, dtype=torch.bool)
+            create("next_action_mask", sizes=sizes, dtype=torch.bool)
 
     # ------------------------------------------------------------------ acting
 
@@ -598,6 +622,10 @@ class MADDPG(GroupedMultiAgent):
                 if group.discrete:
                     logits = mask_logits(self._logits(group.target_policy, "target_policy"), mask)
                     a = one_hot_actions(logits.argmax(dim=-1), group.num_actions)
+                elif self.cfg.smooth_regularization_noise is not None:  # TD3's target policy smoothing
+                    bound = self.cfg.smooth_regularization_clip
+                    noise = self.cfg.smooth_regularization_noise.sample(a.shape).to(a).clamp(-bound, bound)
+                    a = torch.maximum(torch.minimum(a + noise, group.high), group.low)
                 a = a.float().view(group.size, -1, a.shape[-1])
                 for i, uid in enumerate(group.uids):
                     next_actions[uid] = a[i]
@@ -692,6 +720,12 @@ class MADDPG(GroupedMultiAgent):
             q_pi, _ = group.act("critic", {"states": critic_st, "taken_actions": joint.reshape(G * B, -1)})
             q_pi = q_pi.float().view(G, B, 1)
             loss = -self._group_mean(group, q_pi, mask)
+            if cfg["policy_regularization"] and not group.discrete:
+                pre_tanh = out.get(PRE_TANH_ACTIONS_KEY) if isinstance(out, dict) else None
+                if pre_tanh is None:
+                    raise ValueError(self._no_pre_tanh(group))
+                square = pre_tanh.float().view(G, B, -1).square().mean(dim=-1, keepdim=True)
+                loss = loss + cfg["policy_regularization"] * self._group_mean(group, square, mask)
         return loss, q_pi.detach()
 
     @staticmethod

@@ -29,6 +29,8 @@ class MADDPG_CFG(MarlCfg):
         "exploration_initial_scale",
         "exploration_final_scale",
         "exploration_timesteps",
+        "smooth_regularization_noise",
+        "smooth_regularization_clip",
         "rewards_shaper",
         "mixed_precision",
         "batch_agent_models",
@@ -109,6 +111,22 @@ class MADDPG_CFG(MarlCfg):
     """Timesteps over which the noise factor goes from the initial to the final scale; None: the first third of the
     trainer's ``timesteps`` (BenchMARL's default, ``max_n_frames / 3``)."""
 
+    smooth_regularization_noise: Any = None
+    """Target policy smoothing (TD3's, skrl ``TD3_CFG``'s name): a noise instance (e.g. skrl's
+    ``GaussianNoise(mean=0, std=0.2)``) whose samples, clipped to ``+-smooth_regularization_clip``, are added to the
+    target policies' continuous actions ``mu'(o')`` of the critic targets, which are then clipped to the action bounds.
+    None: no smoothing (the MADDPG paper)."""
+
+    smooth_regularization_clip: float = 0.5
+    """Bound of the smoothing noise's samples (TD3's and skrl's 0.5), in action units."""
+
+    policy_regularization: float | dict[str, float] = 0.0
+    """Weight of the mean square of a continuous policy's output before its ``tanh``
+    (``outputs["pre_tanh_actions"]``, :data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`) added to the actor loss
+    (per agent). The MADDPG paper's code adds it with weight 1e-3; it keeps the policy off the flat ends of the
+    ``tanh``, where the critic's gradient no longer moves it. 0: none. A policy model that does not give the output is
+    refused at the first gradient step."""
+
     gumbel_temperature: float | dict[str, float] = 1.0
     """Temperature of the straight-through Gumbel-softmax through which discrete actors are trained (per agent)."""
 
@@ -168,18 +186,21 @@ class MADDPG_CFG(MarlCfg):
         check_range(owner, "actor_learning_rate", self.actor_learning_rate, low=0.0, low_open=True)
         check_range(owner, "critic_learning_rate", self.critic_learning_rate, low=0.0, low_open=True)
         check_range(owner, "gumbel_temperature", self.gumbel_temperature, low=0.0, low_open=True)
+        check_range(owner, "policy_regularization", self.policy_regularization, low=0.0)
+        check_range(owner, "smooth_regularization_clip", self.smooth_regularization_clip, low=0.0)
         check_range(owner, "grad_norm_clip", self.grad_norm_clip)
         check_range(owner, "exploration_initial_scale", self.exploration_initial_scale, low=0.0)
         check_range(owner, "exploration_final_scale", self.exploration_final_scale, low=0.0)
         steps = self.exploration_timesteps
         if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
             raise ValueError(f"{owner}: cfg.exploration_timesteps must be a positive integer or None, got {steps!r}")
-        noise = self.exploration_noise
-        if isinstance(noise, type) or (noise is not None and not callable(getattr(noise, "sample", None))):
-            raise ValueError(
-                f"{owner}: cfg.exploration_noise must be a noise instance with sample(size) (e.g. skrl's "
-                f"GaussianNoise(mean=0.0, std=0.1, device=device)) or None, got {noise!r}"
-            )
+        for name in ("exploration_noise", "smooth_regularization_noise"):
+            noise = getattr(self, name)
+            if isinstance(noise, type) or (noise is not None and not callable(getattr(noise, "sample", None))):
+                raise ValueError(
+                    f"{owner}: cfg.{name} must be a noise instance with sample(size) (e.g. skrl's "
+                    f"GaussianNoise(mean=0.0, std=0.1, device=device)) or None, got {noise!r}"
+                )
         if self.rewards_shaper is not None and not callable(self.rewards_shaper):
             raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")
         return True

@@ -1,10 +1,17 @@
-"""MADDPG's joint replay: one skrl memory per agent, written and sampled row-aligned.
+"""MADDPG's joint replay: one skrl memory per agent, written and sampled row-aligned, stored jointly.
 
 Row ``i`` of every agent's memory is one joint transition (the same step of the same env), so a gradient step draws
 *one* set of row indexes and reads it from every memory (:meth:`JointReplay.sample`). Independent draws per memory
 would pair agent ``i``'s observation with other agents' actions from other moments, and the critics would learn
 nonsense. Writes happen in ``record_transition`` only, one row per agent per step (:meth:`JointReplay.add`), after
 :meth:`JointReplay.refuse_or_skip_non_finite` has looked at them.
+
+Storage: the agents whose tensor ``name`` has the same width share one ``(agents, memory_size, num_envs, width)``
+tensor, and each agent's memory holds its slice ``[k]`` as its tensor ``name`` (contiguous, so skrl's
+``tensors_view``, ``sample_by_index`` and a user reading ``memories[uid].tensors`` see the usual layout). A step is
+then written with two tensor ops per (name, width) and a batch read with one, whatever the number of agents (skrl's
+``add_samples`` / ``sample_by_index`` per memory cost 9 ops per agent each); the memories' indexes advance as
+``add_samples`` would advance them.
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ import torch
 from skrl.memories.torch import Memory
 
 FIX = "pass memories={uid: RandomMemory(memory_size=..., num_envs=env.num_envs) for uid in env.possible_agents}"
+
+STORAGE = "_skrl_marl_ext_storage"
+"""Attribute of a memory holding ``{name: storage tensor}`` of the tensors this module created in it."""
 
 CHECKED = ("observations", "states", "next_observations", "next_states", "rewards", "actions")
 """The row tensors scanned for NaN/inf, inputs first (a NaN observation also makes the action, and through the env
@@ -53,9 +63,15 @@ class JointReplay:
                 f"{owner}: the memories have different memory_size {lengths}; one joint transition is one row of "
                 "every memory, so give them the same size"
             )
+        devices = {uid: memories[uid].device for uid in possible_agents}
+        if len(set(devices.values())) > 1:
+            raise ValueError(f"{owner}: the memories were created on different devices {devices}; use one device")
         self.owner, self.uids, self.memories = owner, list(possible_agents), memories
         self.names: dict[str, list[str]] = {uid: [] for uid in self.uids}
         """The tensor names of each agent's rows, in creation order."""
+        self.parts: dict[str, list[tuple[list[str], torch.Tensor]]] = {}
+        """Per tensor name, the agents sharing one storage tensor and that ``(agents, memory_size, num_envs, width)``
+        tensor."""
         self._checked_num_envs = False
 
     @property
@@ -66,10 +82,45 @@ class JointReplay:
         """Rows written so far, over all envs (``memory_size * num_envs`` once full): the sampling range."""
         return len(self.memories[self.uids[0]])
 
-    def create_tensor(self, uid: str, name: str, *, size: int, dtype: torch.dtype) -> None:
-        """Create tensor ``name`` of ``size`` columns in agent ``uid``'s memory."""
-        self.memories[uid].create_tensor(name=name, size=size, dtype=dtype)
-        self.names[uid].append(name)
+    def create_tensor(self, name: str, *, sizes: dict[str, int], dtype: torch.dtype) -> None:
+        """Create tensor ``name`` in the memories of the agents of ``sizes`` (``{agent: columns}``): one storage
+        tensor per width, its slices the memories' tensors (floats filled with NaN, as skrl's ``create_tensor``)."""
+        if name in self.parts:
+            raise ValueError(f"{self.owner}: replay tensor '{name}' was created twice")
+        by_width: dict[int, list[str]] = {}
+        for uid in self.uids:  # agent order, so a storage tensor's slices follow possible_agents
+            if uid in sizes:
+                by_width.setdefault(int(sizes[uid]), []).append(uid)
+        first = self.memories[self.uids[0]]
+        self.parts[name] = []
+        for width, uids in by_width.items():
+            shape = (len(uids), first.memory_size, first.num_envs, width)
+            storage = self._existing_storage(name, uids, shape, dtype)
+            if storage is None:
+                storage = torch.zeros(shape, dtype=dtype, device=first.device)
+                if torch.is_floating_point(storage):
+                    storage.fill_(float("nan"))
+            for k, uid in enumerate(uids):
+                memory = self.memories[uid]
+                setattr(memory, f"_tensor_{name}", storage[k])  # what skrl's Memory.create_tensor sets
+                memory.tensors[name] = storage[k]
+                memory.tensors_view[name] = storage[k].view(-1, width)
+                setattr(memory, STORAGE, getattr(memory, STORAGE, {}) | {name: storage})
+                self.names[uid].append(name)
+            self.parts[name].append((uids, storage))
+
+    def _existing_storage(self, name: str, uids: list[str], shape: tuple, dtype: torch.dtype) -> torch.Tensor | None:
+        """The storage an earlier agent created on these same memories for ``name``, when it has this layout (skrl's
+        ``create_tensor`` likewise keeps an existing tensor of the same size: two agents built on one set of memories
+        read and write the same rows)."""
+        found = {id(getattr(self.memories[uid], STORAGE, {}).get(name)) for uid in uids}
+        storage = getattr(self.memories[uids[0]], STORAGE, {}).get(name)
+        if storage is None or len(found) != 1 or storage.shape != shape or storage.dtype != dtype:
+            return None
+        same_slices = all(self.memories[uid].tensors.get(name) is not None for uid in uids) and all(
+            self.memories[uid].tensors[name].data_ptr() == storage[k].data_ptr() for k, uid in enumerate(uids)
+        )
+        return storage if same_slices else None
 
     def width(self, uid: str, name: str) -> int:
         return self.memories[uid].tensors[name].shape[-1]
@@ -118,19 +169,37 @@ class JointReplay:
         return count
 
     def add(self, rows: dict[str, dict[str, torch.Tensor]]) -> None:
-        """Append one row per env to every agent's memory (the rows stay aligned)."""
+        """Append one row per env to every agent's memory (the rows stay aligned), then advance every memory's
+        indexes as skrl's ``add_samples`` does for ``num_envs`` rows (including its export when it fills up).
+
+        :param rows: ``{agent: {name: (num_envs, width)}}`` in the tensors' dtypes.
+        """
+        first = self.memories[self.uids[0]]
+        index = first.memory_index
+        for name, parts in self.parts.items():
+            for uids, storage in parts:
+                storage[:, index].copy_(torch.stack([rows[uid][name] for uid in uids]))
+        index += 1
+        filled = index >= first.memory_size
         for uid in self.uids:
-            self.memories[uid].add_samples(**rows[uid])
+            memory = self.memories[uid]
+            memory.env_index, memory.memory_index = 0, 0 if filled else index
+            if filled:
+                memory.filled = True
+                if memory.export:
+                    memory.save(directory=memory.export_directory, format=memory.export_format)
 
     def sample_indexes(self, batch_size: int) -> torch.Tensor:
         """``batch_size`` row indexes drawn with replacement from the filled part of the memories."""
         return torch.randint(len(self), (batch_size,), device=self.memories[self.uids[0]].device)
 
     def sample(self, indexes: torch.Tensor, *, device: torch.device | str) -> dict[str, dict[str, torch.Tensor]]:
-        """Rows ``indexes`` of every agent's memory: ``{agent: {name: (batch, size)}}``, the same rows for all."""
-        batch = {}
-        for uid in self.uids:
-            names = self.names[uid]
-            tensors = self.memories[uid].sample_by_index(names, indexes=indexes)[0]
-            batch[uid] = {k: v.to(device) for k, v in zip(names, tensors, strict=True)}
+        """Rows ``indexes`` of every agent's memory: ``{agent: {name: (batch, width)}}``, the same rows for all (one
+        read per storage tensor; row ``r`` is step ``r // num_envs`` of env ``r % num_envs``, skrl's flat order)."""
+        batch: dict[str, dict[str, torch.Tensor]] = {uid: {} for uid in self.uids}
+        for name, parts in self.parts.items():
+            for uids, storage in parts:
+                sampled = storage.flatten(1, 2)[:, indexes].to(device)  # (agents, batch, width)
+                for k, uid in enumerate(uids):
+                    batch[uid][name] = sampled[k]
         return batch

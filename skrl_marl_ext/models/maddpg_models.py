@@ -16,6 +16,7 @@ import torch
 from skrl.models.torch import DeterministicMixin, Model
 from skrl.utils.spaces.torch import compute_space_size
 
+from skrl_marl_ext.keys import PRE_TANH_ACTIONS_KEY
 from skrl_marl_ext.models.mlp import _input_size, mlp
 
 
@@ -72,7 +73,8 @@ class DeterministicMLP(DeterministicMixin, Model):
     ) -> None:
         """Deterministic policy ``mu(o)``: an MLP whose ``tanh`` output is mapped onto the bounds of a Box action space.
 
-        Without finite bounds the raw MLP output is used.
+        Without finite bounds the raw MLP output is used. With bounds, the outputs hold the output before the
+        ``tanh`` under ``"pre_tanh_actions"`` (:data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`).
 
         :param input: Which input the network reads.
         """
@@ -90,8 +92,8 @@ class DeterministicMLP(DeterministicMixin, Model):
 
     def compute(self, inputs, role=""):
         out = self.net(inputs[self.input])
-        if self.bounded:
-            out = self._center + self._half_range * torch.tanh(out)
+        if self.bounded:  # the pre-tanh output for MADDPG's cfg.policy_regularization
+            return self._center + self._half_range * torch.tanh(out), {PRE_TANH_ACTIONS_KEY: out}
         return out, {}
 
 
