@@ -139,6 +139,9 @@ MADDPG_FIELDS = {
     "exploration_final_scale": st.floats(0.0, 1.0),
     "exploration_timesteps": st.sampled_from([None, 8]),
     "gumbel_temperature": st.floats(0.1, 2.0),
+    "smooth_regularization_noise": st.sampled_from(["none", "gaussian"]),  # instantiated per run
+    "smooth_regularization_clip": st.floats(0.0, 1.0),
+    "policy_regularization": st.sampled_from([0.0, None, 1e-3]),
     "time_limit_bootstrap": st.booleans(),
     "rewards_shaper": st.sampled_from([None, _shaper]),
     "mixed_precision": st.booleans(),
@@ -164,6 +167,8 @@ def test_maddpg_trains_with_any_config(cfg, continuous, shared):
         "gaussian": GaussianNoise(mean=0.0, std=0.2, device="cpu"),
         "ou": OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0, device="cpu"),
     }[noise]
+    smooth = cfg["smooth_regularization_noise"]
+    cfg["smooth_regularization_noise"] = None if smooth == "none" else GaussianNoise(mean=0.0, std=0.2, device="cpu")
     env = spread(num_envs=NUM_ENVS, num_agents=NUM_AGENTS, continuous=continuous)
     agent = make_maddpg(env, models=make_maddpg_models(env, shared=shared), cfg=cfg, memory_size=32)
     before = torch.cat([params(agent.models[uid]["critic"]) for uid in env.possible_agents])

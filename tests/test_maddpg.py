@@ -1069,7 +1069,7 @@ def test_policy_regularization_adds_the_mean_square_of_the_pre_tanh_output(batch
     assert losses[0.01] - losses[0.0] == pytest.approx(0.01 * penalty.item(), rel=1e-4)
 
 
-def test_policy_regularization_refuses_a_policy_without_the_pre_tanh_output():
+def test_policy_regularization_refuses_or_skips_a_policy_without_the_pre_tanh_output():
     class NoPreTanh(DeterministicMLP):
         def compute(self, inputs, role=""):
             actions, _ = super().compute(inputs, role)
@@ -1083,7 +1083,14 @@ def test_policy_regularization_refuses_a_policy_without_the_pre_tanh_output():
         )
     with pytest.raises(ValueError, match="policy_regularization is 0.001 but the policy of agents .* gives no"):
         make_agent(env, {"policy_regularization": 1e-3}, models=models)
-    make_agent(env, {"policy_regularization": 0.0}, models=copy.deepcopy(models))  # off: any deterministic policy
+    agent = make_agent(env, {"policy_regularization": 0.0}, models=copy.deepcopy(models))  # off: any policy
+    assert [g.cfg["policy_regularization"] for g in agent.groups] == [0.0]
+    with pytest.warns(UserWarning, match="default pre-tanh penalty .* is off for them"):  # None: where given
+        agent = make_agent(env, {"policy_regularization": None}, models=copy.deepcopy(models))
+    assert [g.cfg["policy_regularization"] for g in agent.groups] == [0.0]
+    agent = make_agent(env, {"policy_regularization": None})  # DeterministicMLP policies: the paper code's weight
+    assert [g.cfg["policy_regularization"] for g in agent.groups] == [1e-3]
+    assert [g.cfg["policy_regularization"] for g in make_agent(env).groups] == [0.0]  # the default: off
 
 
 @pytest.mark.parametrize(

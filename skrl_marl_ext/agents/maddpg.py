@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +87,9 @@ from skrl_marl_ext.models.masked_categorical import mask_logits
 from skrl_marl_ext.preprocessors import identity
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
+
+DEFAULT_POLICY_REGULARIZATION = 1e-3
+"""``cfg.policy_regularization`` where it is None and the policy gives its pre-tanh output (the MADDPG paper code's)."""
 """Model roles every agent needs (skrl DDPG's names)."""
 
 # per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)
@@ -306,13 +310,7 @@ class MADDPG(GroupedMultiAgent):
         if group.discrete:
             policy_inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(owner=name, group=group, policy_inputs=policy_inputs, device=self.device)
-        if group.cfg["policy_regularization"] and not group.discrete:
-            with torch.no_grad():
-                _, outputs = call_model(
-                    name, f"the policy of agents {uids}", group.policy, policy_inputs, role="policy", hint=""
-                )
-            if not isinstance(outputs, dict) or outputs.get(PRE_TANH_ACTIONS_KEY) is None:
-                raise ValueError(self._no_pre_tanh(group))
+        self._resolve_policy_regularization(group, policy_inputs)
         state_size = compute_space_size(group.critic_state_space, occupied_size=True)
         what = "the env's state" if self.env_states else "every agent's observation concatenated"
         hint = (
@@ -331,6 +329,30 @@ class MADDPG(GroupedMultiAgent):
             with torch.no_grad():
                 values, _ = call_model(name, what, group.models[role], critic_inputs, role=role, hint=hint)
             expect_shape(name, what, values, (rows, 1), hint=hint)
+
+    def _resolve_policy_regularization(self, group: MADDPGGroup, policy_inputs: dict) -> None:
+        """``cfg.policy_regularization`` of the group as a number: None becomes 1e-3 where the policy gives its
+        pre-tanh output and 0 (with a warning) where it does not; a weight > 0 for such a policy is refused."""
+        weight = group.cfg["policy_regularization"]
+        if group.discrete or weight == 0:
+            group.cfg["policy_regularization"] = 0.0
+            return
+        with torch.no_grad():
+            what = f"the policy of agents {group.uids}"
+            _, outputs = call_model(type(self).__name__, what, group.policy, policy_inputs, role="policy", hint="")
+        if isinstance(outputs, dict) and outputs.get(PRE_TANH_ACTIONS_KEY) is not None:
+            group.cfg["policy_regularization"] = DEFAULT_POLICY_REGULARIZATION if weight is None else weight
+        elif weight is None:
+            warnings.warn(
+                f"{type(self).__name__}: the policy of agents {group.uids} gives no outputs['{PRE_TANH_ACTIONS_KEY}'] "
+                f"(its output before the tanh), so the default pre-tanh penalty (policy_regularization=None: "
+                f"{DEFAULT_POLICY_REGULARIZATION} where given) is off for them; return it from compute() to have it, "
+                "or set policy_regularization=0 to silence this",
+                stacklevel=2,
+            )
+            group.cfg["policy_regularization"] = 0.0
+        else:
+            raise ValueError(self._no_pre_tanh(group))
 
     def _no_pre_tanh(self, group: MADDPGGroup) -> str:
         return (
