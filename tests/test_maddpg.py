@@ -14,6 +14,7 @@ from skrl.trainers.torch import SequentialTrainer
 from skrl.utils.spaces.torch import flatten_tensorized_space
 
 from skrl_marl_ext import MADDPG, MADDPG_CFG, joint_action_space
+from skrl_marl_ext.agents.replay import JointReplay
 from skrl_marl_ext.functional import (
     gumbel_softmax_st,
     polyak_update_,
@@ -167,6 +168,27 @@ def test_one_index_set_is_drawn_for_every_memory():
     assert not _consistent(mixed, obs_size).all()
 
 
+def hand_critic_losses(models, batch, uids, *, target_action, keep_truncated, discount=0.9):
+    """Each agent's critic loss worked out by hand from its models (QMLP: ``net(cat(states, joint action))``):
+    ``y = r + discount (1 - d) Q'(s', a')`` with ``a'`` the joint ``target_action(uid, next observations)``, the mean
+    of ``(Q(s, a) - y)^2`` over the rows kept (truncated rows only with ``keep_truncated``).
+
+    :return: ``{uid: loss}`` and ``{uid: (Q'(s', a'), y)}``.
+    """
+    with torch.no_grad():
+        next_joint = torch.cat([target_action(u, batch[u]["next_observations"]) for u in uids], dim=-1)
+        joint = torch.cat([batch[u]["actions"] for u in uids], dim=-1)
+        losses, targets = {}, {}
+        for uid in uids:
+            b = batch[uid]
+            q_next = models[uid]["target_critic"].net(torch.cat([b["next_states"], next_joint], dim=-1))
+            y = b["rewards"] + discount * (1.0 - b["terminated"].float()) * q_next
+            q = models[uid]["critic"].net(torch.cat([b["states"], joint], dim=-1))
+            keep = torch.ones_like(b["truncated"].view(-1)) if keep_truncated else ~b["truncated"].view(-1)
+            losses[uid], targets[uid] = ((q - y) ** 2)[keep].mean(), (q_next, y)
+    return losses, targets
+
+
 @pytest.mark.parametrize("time_limit_bootstrap", [False, True])
 def test_critic_target_matches_hand_computation(time_limit_bootstrap):
     env = spread(num_envs=4, num_agents=2, continuous=True, seed=1)
@@ -198,27 +220,18 @@ def test_critic_target_matches_hand_computation(time_limit_bootstrap):
     batch = agent.sample_batch(indexes)
 
     # by hand: y_i = r_i + gamma (1 - d_i) Q'_i(s', mu'_1(o'_1), mu'_2(o'_2)); L_i = mean over non-truncated rows
-    with torch.no_grad():
-        next_joint = torch.cat(
-            [
-                models[u]["target_policy"].net(batch[u]["next_observations"]).tanh()
-                for u in env.possible_agents  # DeterministicMLP on Box(-1, 1): tanh of the MLP
-            ],
-            dim=-1,
+    expected, targets = hand_critic_losses(
+        models,
+        batch,
+        env.possible_agents,
+        target_action=lambda u, o: models[u]["target_policy"].net(o).tanh(),  # DeterministicMLP on Box(-1, 1)
+        keep_truncated=time_limit_bootstrap,
+    )
+    for uid in env.possible_agents:
+        b, (q_next, y) = batch[uid], targets[uid]
+        torch.testing.assert_close(
+            td_target(rewards=b["rewards"], next_q_values=q_next, terminated=b["terminated"], discount_factor=0.9), y
         )
-        joint = torch.cat([batch[u]["actions"] for u in env.possible_agents], dim=-1)
-        expected = {}
-        for uid in env.possible_agents:
-            b = batch[uid]
-            q_next = models[uid]["target_critic"].net(torch.cat([b["next_states"], next_joint], dim=-1))
-            y = b["rewards"] + 0.9 * (1.0 - b["terminated"].float()) * q_next
-            q = models[uid]["critic"].net(torch.cat([b["states"], joint], dim=-1))
-            keep = torch.ones_like(b["truncated"].view(-1)) if time_limit_bootstrap else ~b["truncated"].view(-1)
-            expected[uid] = ((q - y) ** 2)[keep].mean()
-            torch.testing.assert_close(
-                td_target(rewards=b["rewards"], next_q_values=q_next, terminated=b["terminated"], discount_factor=0.9),
-                y,
-            )
 
     agent.sample_indexes = lambda: indexes
     agent.tracking_data.clear()
@@ -977,8 +990,7 @@ def test_agents_of_other_widths_get_storages_of_their_own():
     env = spread(num_envs=2, num_agents=3, continuous=True, seed=3)
     spaces = dict(env.observation_spaces)
     spaces["agent_2"] = gymnasium.spaces.Box(-float("inf"), float("inf"), (spaces["agent_2"].shape[0] + 3,))
-    agent = make_agent(env)
-    replay = type(agent.replay)(make_memories(env, size=4), owner="test", possible_agents=env.possible_agents)
+    replay = JointReplay(make_memories(env, size=4), owner="test", possible_agents=env.possible_agents)
     replay.create_tensor("observations", sizes={u: s.shape[0] for u, s in spaces.items()}, dtype=torch.float32)
     assert [uids for uids, _ in replay.parts["observations"]] == [["agent_0", "agent_1"], ["agent_2"]]
     rows = {u: {"observations": torch.full((2, s.shape[0]), float(i))} for i, (u, s) in enumerate(spaces.items())}
@@ -1021,22 +1033,13 @@ def test_target_policy_smoothing_matches_hand_computation(value):
     indexes = agent.sample_indexes()
     batch = agent.sample_batch(indexes)
     noise = max(min(value, 0.5), -0.5)
-    with torch.no_grad():
-        next_joint = torch.cat(
-            [
-                (models[u]["target_policy"].net(batch[u]["next_observations"]).tanh() + noise).clamp(-1.0, 1.0)
-                for u in env.possible_agents
-            ],
-            dim=-1,
-        )
-        joint = torch.cat([batch[u]["actions"] for u in env.possible_agents], dim=-1)
-        expected = {}
-        for uid in env.possible_agents:
-            b = batch[uid]
-            q_next = models[uid]["target_critic"].net(torch.cat([b["next_states"], next_joint], dim=-1))
-            y = b["rewards"] + 0.9 * (1.0 - b["terminated"].float()) * q_next
-            q = models[uid]["critic"].net(torch.cat([b["states"], joint], dim=-1))
-            expected[uid] = ((q - y) ** 2)[~b["truncated"].view(-1)].mean()
+    expected, _ = hand_critic_losses(
+        models,
+        batch,
+        env.possible_agents,
+        target_action=lambda u, o: (models[u]["target_policy"].net(o).tanh() + noise).clamp(-1.0, 1.0),
+        keep_truncated=False,
+    )
     agent.sample_indexes = lambda: indexes
     agent.tracking_data.clear()
     agent._gradient_step()
