@@ -121,6 +121,9 @@ class Variant:
     note: str = ""
 
 
+TWIN_CRITIC = {"class": "QMLP", "hidden_sizes": [128, 128], "activation": "relu"}
+"""The second critic of the twin-critic variants: the default config's critic."""
+
 VARIANTS: dict[str, Variant] = {
     "skrl-mappo": Variant("on_policy", "mappo", impl="skrl", note="skrl's MAPPO, critic reads states"),
     "mappo": Variant("on_policy", "mappo", note="skrl_marl_ext.MAPPO"),
@@ -171,6 +174,26 @@ VARIANTS: dict[str, Variant] = {
             ("smooth_regularization_clip", 0.5),
         ),
         note="MADDPG, replay of 1M transitions, TD3's target policy smoothing (std 0.2, clip 0.5)",
+    ),
+    # TD3's clipped double Q (twin critics), alone and as the whole of TD3 (MATD3: twin critics, target policy
+    # smoothing std 0.2 clip 0.5, actor and targets every 2nd gradient step), on the default replay
+    "maddpg-twin": Variant(
+        "runner",
+        "maddpg",
+        overrides=(("models.critic_2", TWIN_CRITIC),),
+        note="MADDPG, twin critics (clipped double Q)",
+    ),
+    "maddpg-td3": Variant(
+        "runner",
+        "maddpg",
+        overrides=(
+            ("models.critic_2", TWIN_CRITIC),
+            ("smooth_regularization_noise", "GaussianNoise"),
+            ("smooth_regularization_noise_kwargs", {"mean": 0.0, "std": 0.2}),
+            ("smooth_regularization_clip", 0.5),
+            ("policy_delay", 2),
+        ),
+        note="MADDPG as MATD3: twin critics, target smoothing (std 0.2, clip 0.5), policy delay 2",
     ),
     "maddpg-replay1m-lr": Variant(
         "runner",

@@ -20,7 +20,8 @@ Additions, all optional in the YAML:
   agents' observations concatenated when the env has none) and ``action_space`` the joint action space
   (:func:`~skrl_marl_ext.models.joint_action_space`), so skrl's instantiators size ``concatenate([STATES,
   ACTIONS])`` right (``ACTIONS`` is ``inputs["taken_actions"]``). ``target_policy``/``target_critic`` sections may be left out: they copy ``policy``/
-  ``critic``. ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
+  ``critic``. A ``critic_2`` section (``target_critic_2`` copies it when left out) adds TD3's second critic to every
+  agent, built as the first (clipped double Q). ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
   ``exploration_noise_kwargs`` (skrl 2.x DDPG keys) becomes the noise instance MADDPG takes.
 """
 
@@ -51,7 +52,7 @@ from skrl_marl_ext.models import (
 ALGORITHM_NAMES = ("mappo", "ippo", "maddpg")
 """Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
 
-CRITIC_ROLES = ("critic", "target_critic")
+CRITIC_ROLES = ("critic", "target_critic", "critic_2", "target_critic_2")
 """MADDPG roles that read the global state and the joint action."""
 
 
@@ -185,7 +186,8 @@ class Runner(SkrlRunner):
         return _share_models(env, models) if share else models
 
     def _generate_maddpg_models(self, env: MultiAgentEnvWrapper, models_cfg: dict[str, Any]) -> dict[str, dict]:
-        """Per agent ``policy``, ``target_policy``, ``critic``, ``target_critic`` (see the module docstring)."""
+        """Per agent ``policy``, ``target_policy``, ``critic``, ``target_critic``, and ``critic_2``,
+        ``target_critic_2`` where a ``critic_2`` section is given (see the module docstring)."""
         if not models_cfg.pop("separate", True):
             raise ValueError("Runner: MADDPG needs separate models (models: separate: True)")
         for role in ("policy", "critic"):
@@ -197,10 +199,16 @@ class Runner(SkrlRunner):
             "critic": models_cfg["critic"],
             "target_critic": models_cfg.get("target_critic") or models_cfg["critic"],
         }
+        if models_cfg.get("critic_2") is not None:  # clipped double Q
+            if not isinstance(models_cfg["critic_2"], dict) or not models_cfg["critic_2"].get("class"):
+                raise ValueError("Runner: MADDPG's 'models: critic_2:' section needs a 'class' (e.g. QMLP)")
+            roles["critic_2"] = models_cfg["critic_2"]
+            roles["target_critic_2"] = models_cfg.get("target_critic_2") or models_cfg["critic_2"]
         unknown = sorted(set(models_cfg) - set(roles))
         if unknown:
             raise ValueError(
-                f"Runner: MADDPG models are policy, target_policy, critic, target_critic; got also {unknown}"
+                "Runner: MADDPG models are policy, target_policy, critic, target_critic (and critic_2, "
+                f"target_critic_2); got also {unknown}"
             )
         joint = joint_action_space(env.action_spaces, env.possible_agents)
         states = [env.state_spaces.get(uid) for uid in env.possible_agents]

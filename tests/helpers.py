@@ -58,8 +58,9 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     )
 
 
-def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None):
-    """Per-agent (or shared) policy, target policy, critic and target critic; critics sized for the joint action."""
+def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=False):
+    """Per-agent (or shared) policy, target policy, critic and target critic (and with ``twin`` the second critic and
+    its target); critics sized for the joint action."""
     joint = joint or joint_action_space(env.action_spaces, env.possible_agents)
 
     def build(uid):
@@ -73,7 +74,10 @@ def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None):
         def critic():
             return QMLP(state_space=env.state_space(uid), action_space=joint, hidden_sizes=hidden)
 
-        return {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+        models = {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+        if twin:
+            models.update(critic_2=critic(), target_critic_2=critic())
+        return models
 
     if shared:
         models = build(env.possible_agents[0])

@@ -253,18 +253,21 @@ def same_noise_gumbel_softmax(logits, tau=1.0, hard=False):
 
 
 @pytest.mark.parametrize("continuous", [True, False], ids=["continuous", "discrete"])
-@pytest.mark.parametrize("preprocessors", ["plain", "scalers", "scalers-joint"])
+@pytest.mark.parametrize("preprocessors", ["plain", "scalers", "scalers-joint", "twin"])
 def test_batched_maddpg_equals_the_per_agent_loop(continuous, preprocessors, monkeypatch):
     """Both agents read one replay (the same memories) and take gradient steps from the same seed: the N critics, N
     target critics and N policies as one call each train as the loop does, within 1e-6 (``scalers-joint``: no env
-    state, the critics read the joint observation, each agent's state scaler fed it where that agent is alive)."""
+    state, the critics read the joint observation, each agent's state scaler fed it where that agent is alive;
+    ``twin``: second critics (clipped double Q) and a policy delay of 2)."""
     monkeypatch.setattr(torch.nn.functional, "gumbel_softmax", same_noise_gumbel_softmax)
     torch.manual_seed(5)
     env = make_spread_env(num_envs=4, num_agents=3, continuous=continuous, episode_length=6)
-    models = make_maddpg_models(env)
+    models = make_maddpg_models(env, twin=preprocessors == "twin")
     memories = {uid: RandomMemory(memory_size=32, num_envs=env.num_envs) for uid in env.possible_agents}
     cfg = {"batch_size": 24, "learning_starts": 10**9, "grad_norm_clip": 0.05, "polyak": 0.3, "experiment": QUIET}
-    if preprocessors != "plain":
+    if preprocessors == "twin":
+        cfg["policy_delay"] = 2
+    elif preprocessors != "plain":
         cfg.update(observation_preprocessor=RunningStandardScaler, state_preprocessor=RunningStandardScaler)
     build = make_maddpg
     if preprocessors == "scalers-joint":  # critics sized for the joint observation

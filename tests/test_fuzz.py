@@ -141,6 +141,7 @@ MADDPG_FIELDS = {
     "gumbel_temperature": st.floats(0.1, 2.0),
     "smooth_regularization_noise": st.sampled_from(["none", "gaussian"]),  # instantiated per run
     "smooth_regularization_clip": st.floats(0.0, 1.0),
+    "policy_delay": st.integers(1, 3),
     "policy_regularization": st.sampled_from([0.0, None, 1e-3]),
     "time_limit_bootstrap": st.booleans(),
     "rewards_shaper": st.sampled_from([None, _shaper]),
@@ -155,9 +156,9 @@ def test_every_maddpg_field_is_drawn():
 
 
 @settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(cfg=st.fixed_dictionaries(MADDPG_FIELDS), continuous=st.booleans(), shared=st.booleans())
+@given(cfg=st.fixed_dictionaries(MADDPG_FIELDS), continuous=st.booleans(), shared=st.booleans(), twin=st.booleans())
 @pytest.mark.slow
-def test_maddpg_trains_with_any_config(cfg, continuous, shared):
+def test_maddpg_trains_with_any_config(cfg, continuous, shared, twin):
     cfg = dict(cfg)
     if cfg["learning_rate_scheduler"] is not None:
         cfg["learning_rate_scheduler_kwargs"] = {"start_factor": 1.0, "end_factor": 0.5, "total_iters": 4}
@@ -170,7 +171,7 @@ def test_maddpg_trains_with_any_config(cfg, continuous, shared):
     smooth = cfg["smooth_regularization_noise"]
     cfg["smooth_regularization_noise"] = None if smooth == "none" else GaussianNoise(mean=0.0, std=0.2, device="cpu")
     env = spread(num_envs=NUM_ENVS, num_agents=NUM_AGENTS, continuous=continuous)
-    agent = make_maddpg(env, models=make_maddpg_models(env, shared=shared), cfg=cfg, memory_size=32)
+    agent = make_maddpg(env, models=make_maddpg_models(env, shared=shared, twin=twin), cfg=cfg, memory_size=32)
     before = torch.cat([params(agent.models[uid]["critic"]) for uid in env.possible_agents])
     SequentialTrainer(
         env=env, agents=agent, cfg={"timesteps": 12, "headless": True, "disable_progressbar": True}

@@ -35,7 +35,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def make_models(env, *, shared=False, hidden=(32, 32), env_states=True):
+def make_models(env, *, shared=False, hidden=(32, 32), env_states=True, twin=False):
     joint = joint_action_space(env.action_spaces, env.possible_agents)
 
     def build(uid):
@@ -53,7 +53,10 @@ def make_models(env, *, shared=False, hidden=(32, 32), env_states=True):
         def critic():
             return QMLP(state_space=state_space, action_space=joint, hidden_sizes=hidden)
 
-        return {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+        models = {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+        if twin:
+            models.update(critic_2=critic(), target_critic_2=critic())
+        return models
 
     if shared:
         models = build(env.possible_agents[0])
@@ -1108,3 +1111,171 @@ def test_smoothing_and_penalty_config_is_checked(cfg, match):
     env = spread(num_envs=2, num_agents=2, continuous=True)
     with pytest.raises(ValueError, match=match):
         make_agent(env, cfg)
+
+
+# ---------------------------------------------------------------- clipped double Q (twin critics) and policy delay
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "loop"])
+def test_twin_critics_target_and_loss_match_hand_computation(batched):
+    """y = r + gamma (1 - d) min(Q'_1(s', a'), Q'_2(s', a')) and L = mean (Q_1 - y)^2 + mean (Q_2 - y)^2 per agent
+    (summed over a batched group's agents), worked out from the four critics by hand; the tracked target mean and
+    critic loss of a gradient step are those of this target."""
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=6)
+    cfg = {"batch_size": 32, "discount_factor": 0.9, "learning_starts": 10**9, "batch_agent_models": batched}
+    agent = make_agent(env, cfg, twin=True)
+    drive(agent, env, 30)
+    models = agent.models
+    generator = torch.Generator().manual_seed(1)
+    for uid in env.possible_agents:  # rewards in the scale of Q, so that the target's min matters
+        memory = agent.memories[uid]
+        memory.tensors["rewards"].copy_(torch.randn(memory.tensors["rewards"].shape, generator=generator))
+    indexes = agent.sample_indexes()
+    batch = agent.sample_batch(indexes)
+    uids = env.possible_agents
+    with torch.no_grad():
+        next_joint = torch.cat([models[u]["target_policy"].net(batch[u]["next_observations"]).tanh() for u in uids], -1)
+        joint = torch.cat([batch[u]["actions"] for u in uids], dim=-1)
+        expected, targets, picks = 0.0, {}, []
+        for uid in uids:
+            b = batch[uid]
+            next_q = [models[uid][r].net(torch.cat([b["next_states"], next_joint], -1)) for r in TWIN_TARGETS]
+            picks.append(next_q[0] < next_q[1])
+            y = b["rewards"] + 0.9 * (1.0 - b["terminated"].float()) * torch.minimum(*next_q)
+            keep = ~b["truncated"].view(-1)
+            q = [models[uid][r].net(torch.cat([b["states"], joint], -1)) for r in ("critic", "critic_2")]
+            losses = [((qi - y) ** 2)[keep].mean() for qi in q]
+            expected += sum(losses)
+            targets[uid] = (y[keep].mean(), losses[0])
+    picks = torch.cat(picks)
+    assert picks.any() and not picks.all()  # both target critics give the minimum in some rows
+    taken = {u: batch[u]["actions"] for u in uids}
+    joint_next, next_states = agent._next_joint_action(batch)
+    total = sum(
+        agent._critic_loss(
+            group,
+            batch,
+            joint_taken=agent._joint(taken),
+            joint_next=joint_next,
+            next_critic_states=next_states[group.index],
+        )[0].item()
+        for group in agent.groups
+    )
+    assert total == pytest.approx(expected.item(), rel=1e-5)
+    agent.sample_indexes = lambda: indexes
+    agent.tracking_data.clear()
+    agent._gradient_step()
+    for uid in uids:
+        target_mean, critic_1_loss = targets[uid]
+        assert agent.tracking_data[f"Target / Target ({uid}) (mean)"][-1] == pytest.approx(target_mean.item(), rel=1e-5)
+        assert agent.tracking_data[f"Loss / Critic loss ({uid})"][-1] == pytest.approx(critic_1_loss.item(), rel=1e-5)
+
+
+TWIN_TARGETS = ("target_critic", "target_critic_2")
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "loop"])
+def test_twin_critics_both_learn_and_the_actor_follows_the_first(batched):
+    """Both critics step (one optimiser over both), both targets follow their own critic, and the actor loss is
+    -mean Q_1(s, a with the agent's own action from its policy), not Q_2's."""
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=7)
+    cfg = {"batch_size": 16, "learning_starts": 10**9, "polyak": 0.25, "batch_agent_models": batched}
+    agent = make_agent(env, cfg, twin=True)
+    drive(agent, env, 10)
+    models, uids = agent.models, env.possible_agents
+    batch = agent.sample_batch(agent.sample_indexes())
+    joint = torch.cat([batch[u]["actions"] for u in uids], dim=-1)
+    with torch.no_grad():
+        hand = {}
+        for role in ("critic", "critic_2"):
+            total = 0.0
+            for i, uid in enumerate(uids):
+                own = models[uid]["policy"].net(batch[uid]["observations"]).tanh()
+                width = own.shape[-1]
+                joint_pi = torch.cat([joint[:, : i * width], own, joint[:, (i + 1) * width :]], dim=-1)
+                total -= models[uid][role].net(torch.cat([batch[uid]["states"], joint_pi], -1)).mean()
+            hand[role] = total.item()
+    actor = sum(agent._actor_loss(g, batch, joint_taken=joint)[0].item() for g in agent.groups)
+    assert actor == pytest.approx(hand["critic"], rel=1e-5)
+    assert actor != pytest.approx(hand["critic_2"], rel=1e-3)
+
+    before = {(u, r): params(models[u][r]).clone() for u in uids for r in models[u]}
+    agent._gradient_step()
+    for uid in uids:
+        for role in ("critic", "critic_2", "policy"):
+            assert not torch.equal(params(models[uid][role]), before[uid, role])
+            expected = 0.25 * params(models[uid][role]) + 0.75 * before[uid, f"target_{role}"]
+            assert torch.allclose(params(models[uid][f"target_{role}"]), expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("twin", [False, True], ids=["one-critic", "twin"])
+def test_policy_delay_steps_the_actor_and_the_targets_every_nth_gradient_step(twin):
+    """policy_delay 2 (TD3's): the critics step every gradient step; the policy and every target on the 2nd, 4th, ..
+    (target = polyak online + (1 - polyak) target, from the online models of that step); the policy loss is tracked
+    on those steps only, as skrl's TD3 does."""
+    env = spread(num_envs=4, num_agents=2, continuous=True, seed=8)
+    agent = make_agent(env, {"batch_size": 16, "learning_starts": 10**9, "polyak": 0.5, "policy_delay": 2}, twin=twin)
+    drive(agent, env, 10)
+    models, uids = agent.models, env.possible_agents
+    critics = ("critic", "critic_2") if twin else ("critic",)
+    snapshot = lambda: {(u, r): params(models[u][r]).clone() for u in uids for r in models[u]}  # noqa: E731
+    agent.tracking_data.clear()
+    start = snapshot()
+    agent._gradient_step()  # 1st: critics only
+    first = snapshot()
+    for uid in uids:
+        for role in critics:
+            assert not torch.equal(first[uid, role], start[uid, role])
+        for role in ("policy", "target_policy", *(f"target_{c}" for c in critics)):
+            assert torch.equal(first[uid, role], start[uid, role])
+    assert f"Loss / Policy loss ({uids[0]})" not in agent.tracking_data
+    agent._gradient_step()  # 2nd: critics, the policy, then every target from this step's online models
+    second = snapshot()
+    for uid in uids:
+        assert not torch.equal(second[uid, "policy"], first[uid, "policy"])
+        for role in ("policy", *critics):
+            expected = 0.5 * second[uid, role] + 0.5 * first[uid, f"target_{role}"]
+            assert torch.allclose(second[uid, f"target_{role}"], expected, atol=1e-6)
+    assert len(agent.tracking_data[f"Loss / Policy loss ({uids[0]})"]) == 1
+    assert len(agent.tracking_data[f"Loss / Critic loss ({uids[0]})"]) == 2
+
+
+def test_twin_critics_round_trip_a_checkpoint(tmp_path):
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    cfg = {"gradient_steps": 1, "batch_size": 16, "learning_starts": 2}
+    agent = drive(make_agent(env, cfg, twin=True), env, 8)
+    path = str(tmp_path / "agent.pt")
+    agent.save(path)
+    fresh = make_agent(env, cfg, twin=True)
+    fresh.load(path)
+    for uid in env.possible_agents:
+        modules, loaded = agent.checkpoint_modules[uid], fresh.checkpoint_modules[uid]
+        for role in ("critic_2", "target_critic_2"):
+            assert torch.equal(params(modules[role]), params(loaded[role]))
+        # one critic optimiser over both critics: its moments cover the second critic's parameters too
+        moments = modules["critic_optimizer"].state_dict()["state"]
+        size = sum(p.numel() for r in ("critic", "critic_2") for p in agent.models[uid][r].parameters())
+        assert sum(s["exp_avg"].numel() for s in moments.values()) == size
+        loaded_moments = loaded["critic_optimizer"].state_dict()["state"]
+        for k, state in moments.items():
+            assert torch.equal(state["exp_avg"], loaded_moments[k]["exp_avg"])
+
+
+def test_twin_critics_bad_models_are_refused():
+    env = spread(num_envs=2, num_agents=2, continuous=True)
+    models = make_models(env, twin=True)
+    del models["agent_1"]["critic_2"], models["agent_1"]["target_critic_2"]
+    with pytest.raises(ValueError, match=r"agents \['agent_1'\] lack \['critic_2', 'target_critic_2'\]"):
+        make_agent(env, models=models)
+    models = make_models(env, twin=True)
+    for uid in env.possible_agents:
+        del models[uid]["target_critic_2"]
+    with pytest.raises(ValueError, match="target_critic_2"):
+        make_agent(env, models=models)
+    models = make_models(env, twin=True)
+    for uid in env.possible_agents:
+        models[uid]["critic_2"] = models[uid]["critic"]
+    with pytest.raises(ValueError, match="critic and critic_2|serves"):
+        make_agent(env, models=models)
+    with pytest.raises(ValueError, match="policy_delay must be a positive integer"):
+        make_agent(env, {"policy_delay": 0})

@@ -162,6 +162,27 @@ def test_maddpg_yaml_target_smoothing_noise_class_and_kwargs_become_an_instance(
     assert agent.cfg.smooth_regularization_clip == 0.4
 
 
+def test_maddpg_yaml_critic_2_section_builds_twin_critics_and_trains():
+    """A ``models: critic_2:`` section (TD3's clipped double Q): every agent gets ``critic_2`` and a
+    ``target_critic_2`` copying it, sized as the first critic; ``policy_delay`` passes through to the config."""
+    _maddpg_available()
+    env = make_spread_env(num_envs=4, num_agents=2, seed=0)
+    cfg = _cfg(os.path.join(CONFIGS, "maddpg.yaml"), timesteps=40, batch_size=16, learning_starts=20, policy_delay=2)
+    cfg["models"]["critic_2"] = {"class": "QMLP", "hidden_sizes": [16], "activation": "relu"}
+    runner = Runner(env, cfg)
+    models = runner.agent.models["agent_0"]
+    assert set(models) == {"policy", "target_policy", "critic", "target_critic", "critic_2", "target_critic_2"}
+    assert isinstance(models["critic_2"], QMLP) and models["target_critic_2"] is not models["critic_2"]
+    assert models["critic_2"].action_space.shape == models["critic"].action_space.shape
+    assert runner.agent.cfg.policy_delay == 2
+    before = _params(models["critic_2"])
+    runner.run("train")
+    assert not torch.equal(before, _params(models["critic_2"]))
+    cfg["models"]["critic_2"] = {"hidden_sizes": [16]}
+    with pytest.raises(ValueError, match="critic_2:' section needs a 'class'"):
+        Runner(env, cfg)
+
+
 def test_runner_errors_name_the_fix():
     env = make_spread_env(num_envs=2, num_agents=2, seed=0)
     cfg = _cfg(os.path.join(CONFIGS, "mappo.yaml"))

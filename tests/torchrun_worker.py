@@ -17,7 +17,7 @@ import skrl  # noqa: E402, F401  (imported with WORLD_SIZE hidden)
 os.environ["WORLD_SIZE"] = str(world_size)
 
 sys.path.insert(0, os.path.dirname(__file__))
-from helpers import QUIET, make_agent, make_maddpg, params, spread  # noqa: E402
+from helpers import QUIET, make_agent, make_maddpg, make_maddpg_models, params, spread  # noqa: E402
 from skrl.trainers.torch import SequentialTrainer  # noqa: E402
 
 out_dir, algo = sys.argv[1], sys.argv[2]
@@ -25,8 +25,10 @@ rank = dist.get_rank()
 torch.set_num_threads(1)
 torch.manual_seed(rank)
 env = spread(num_envs=4, num_agents=2, seed=rank)
-if algo == "maddpg":
-    agent = make_maddpg(env, cfg={"batch_size": 16})
+if algo.startswith("maddpg"):  # maddpg-twin: clipped double Q with a policy delay (MATD3)
+    twin = algo == "maddpg-twin"
+    models = make_maddpg_models(env, twin=twin)
+    agent = make_maddpg(env, models=models, cfg={"batch_size": 16, "policy_delay": 2 if twin else 1})
 else:
     agent = make_agent(env, algo, cfg={"rollouts": 4, "learning_epochs": 2, "mini_batches": 2, "experiment": QUIET})
 initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])

@@ -87,10 +87,12 @@ from skrl_marl_ext.models.masked_categorical import mask_logits
 from skrl_marl_ext.preprocessors import identity
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
+"""Model roles every agent needs (skrl DDPG's names)."""
+TWIN_ROLES = ("critic_2", "target_critic_2")
+"""Optional second critic and its target (TD3's clipped double Q): every agent has both, or no agent has either."""
 
 DEFAULT_POLICY_REGULARIZATION = 1e-3
 """``cfg.policy_regularization`` where it is None and the policy gives its pre-tanh output (the MADDPG paper code's)."""
-"""Model roles every agent needs (skrl DDPG's names)."""
 
 # per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)
 _GROUP_FIELDS = (
@@ -123,6 +125,10 @@ class MADDPGGroup(AgentGroup):
     target_policy = property(lambda self: self.models["target_policy"])
     critic = property(lambda self: self.models["critic"])
     target_critic = property(lambda self: self.models["target_critic"])
+    twin = property(lambda self: "critic_2" in self.models)
+    """Whether the group has a second critic (clipped double Q)."""
+    critic_roles = property(lambda self: ("critic", "critic_2") if self.twin else ("critic",))
+    """The online critic roles, trained by one optimiser (skrl TD3's one optimiser over both critics)."""
 
 
 class MADDPG(GroupedMultiAgent):
@@ -145,7 +151,11 @@ class MADDPG(GroupedMultiAgent):
         action concatenated, one-hot for discrete agents: size it with
         :func:`~skrl_marl_ext.models.joint_action_space`) and returns ``(batch, 1)``, e.g.
         :class:`~skrl_marl_ext.models.QMLP`. Targets have the architecture of their online model; they are
-        overwritten with its parameters here.
+        overwritten with its parameters here. Optionally ``"critic_2"`` and ``"target_critic_2"`` (every agent or
+        none): a second critic like the first, for TD3's clipped double Q (Fujimoto et al. 2018; MATD3 with
+        ``cfg.smooth_regularization_noise`` and ``cfg.policy_delay``): the critic target takes the smaller of the
+        two target critics' values, both critics regress to it (their losses summed, one optimiser and one gradient
+        clip over both, as skrl's TD3 with its ``critic_1``/``critic_2``) and the actor follows the first critic.
     :param memories: ``{agent: Memory}``, one distinct skrl memory per agent (e.g. ``RandomMemory``), all with
         ``num_envs=env.num_envs``.
     :param observation_spaces: ``{agent: space}``.
@@ -160,8 +170,30 @@ class MADDPG(GroupedMultiAgent):
     group_fields = _GROUP_FIELDS
     group_class = MADDPGGroup
 
+    def __init__(self, *, models: dict[str, dict[str, Model]], **kwargs: Any) -> None:
+        self.roles = ROLES + TWIN_ROLES if self._twin_critics(models) else ROLES
+        super().__init__(models=models, **kwargs)
+
+    @staticmethod
+    def _twin_critics(models: Any) -> bool:
+        """Whether the models dicts hold the second critic (refused unless every agent's holds both twin roles)."""
+        if not isinstance(models, dict) or not all(isinstance(m, dict) for m in models.values()):
+            return False  # the base refuses the models argument with its own message
+        having = {uid: [role for role in TWIN_ROLES if role in m] for uid, m in models.items()}
+        if not any(having.values()):
+            return False
+        partial = sorted(uid for uid, roles in having.items() if len(roles) < len(TWIN_ROLES))
+        if partial:
+            raise ValueError(
+                f"MADDPG: models of agents {partial} lack {list(TWIN_ROLES)} that other agents have; clipped double Q "
+                f"needs both second-critic roles for every agent (or leave them out for all)"
+            )
+        return True
+
     def _set_up(self) -> None:
         self.cfg: MADDPG_CFG
+        self._policy_counter = 0
+        """Gradient steps taken: the actor and the targets step when it is a multiple of ``cfg.policy_delay``."""
         for uid in self.possible_agents:
             for role, model in self.models[uid].items():
                 if is_recurrent(model):
@@ -222,7 +254,7 @@ class MADDPG(GroupedMultiAgent):
         self._copy_targets(group)
         actor_lr, critic_lr = cfg["actor_learning_rate"], cfg["critic_learning_rate"]
         group.policy_optimizer = torch.optim.Adam(group.parameters("policy"), lr=actor_lr, foreach=True)
-        group.critic_optimizer = torch.optim.Adam(group.parameters("critic"), lr=critic_lr, foreach=True)
+        group.critic_optimizer = torch.optim.Adam(group.parameters(*group.critic_roles), lr=critic_lr, foreach=True)
         (actor_scheduler, critic_scheduler) = cfg["learning_rate_scheduler"]
         (actor_kwargs, critic_kwargs) = cfg["learning_rate_scheduler_kwargs"]
         if actor_scheduler:
@@ -239,7 +271,7 @@ class MADDPG(GroupedMultiAgent):
             else:
                 group.noise = copy.deepcopy(self.cfg.exploration_noise)
 
-        modules = dict(group.agent_models) if group.batched else {role: group.models[role] for role in ROLES}
+        modules = dict(group.agent_models) if group.batched else {role: group.models[role] for role in self.roles}
         modules.update(policy_optimizer=group.policy_optimizer, critic_optimizer=group.critic_optimizer)
         if group.batched:  # each agent its part of the optimisers
             for key in ("policy_optimizer", "critic_optimizer"):
@@ -253,7 +285,9 @@ class MADDPG(GroupedMultiAgent):
     def _copy_targets(self, group: MADDPGGroup) -> None:
         """Targets start as frozen copies of the online models (each agent's of a batched group)."""
         name = type(self).__name__
-        roles = (("target_policy", "policy"), ("target_critic", "critic"))
+        roles = [("target_policy", "policy"), ("target_critic", "critic")]
+        if group.twin:
+            roles.append(("target_critic_2", "critic_2"))
         for target_role, role in roles:
             targets = group.agent_models[target_role] if group.batched else [group.models[target_role]]
             onlines = group.agent_models[role] if group.batched else [group.models[role]]
@@ -281,8 +315,8 @@ class MADDPG(GroupedMultiAgent):
     def _check_models(self, group: MADDPGGroup) -> None:
         name = type(self).__name__
         uids = group.uids
-        for role in ("policy", "critic"):
-            if getattr(group, role) is getattr(group, f"target_{role}"):
+        for role in ("policy", *group.critic_roles):
+            if group.models[role] is group.models[f"target_{role}"]:
                 raise ValueError(
                     f"{name}: agents {uids} use one object as {role} and target_{role}; the target must be a separate "
                     f"model of the same architecture (build it twice)"
@@ -324,7 +358,12 @@ class MADDPG(GroupedMultiAgent):
             "states": torch.zeros(rows, state_size, device=self.device),
             "taken_actions": torch.zeros(rows, self.joint_action_size, device=self.device),
         }
-        for role in ("critic", "target_critic"):
+        if group.twin and group.models["critic_2"] is group.critic:
+            raise ValueError(
+                f"{name}: agents {uids} use one object as critic and critic_2; clipped double Q needs two critics "
+                "(build the model twice, so they start from different weights)"
+            )
+        for role in ("critic", "target_critic", *(TWIN_ROLES if group.twin else ())):
             what = f"the {role} of agents {uids}"
             with torch.no_grad():
                 values, _ = call_model(name, what, group.models[role], critic_inputs, role=role, hint=hint)
@@ -549,8 +588,8 @@ class MADDPG(GroupedMultiAgent):
     def _online_training_mode(self, enabled: bool) -> None:
         """Training mode of the policies and critics (the targets only ever evaluate)."""
         for group in self.groups:
-            group.policy.enable_training_mode(enabled)
-            group.critic.enable_training_mode(enabled)
+            for role in ("policy", *group.critic_roles):
+                group.models[role].enable_training_mode(enabled)
 
     def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
         """Run ``cfg.gradient_steps`` gradient steps (skrl's per-agent entry point).
@@ -673,7 +712,9 @@ class MADDPG(GroupedMultiAgent):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``L = masked mean of (Q(s, a) - y)^2`` over the group's ``(G, B)`` rows, ``y = r + gamma (1 - d) Q'(s', a')``.
 
-        Rows of masked agents, and truncated rows unless ``cfg.time_limit_bootstrap``, are left out.
+        Rows of masked agents, and truncated rows unless ``cfg.time_limit_bootstrap``, are left out. With a second
+        critic (clipped double Q): ``y = r + gamma (1 - d) min(Q'_1(s', a'), Q'_2(s', a'))`` and
+        ``L = masked mean of (Q_1(s, a) - y)^2 + masked mean of (Q_2(s, a) - y)^2`` (skrl TD3's sum).
 
         :return: The loss and ``{"q", "target", "error", "mask"}``, each ``(G, B, 1)``.
         """
@@ -684,19 +725,24 @@ class MADDPG(GroupedMultiAgent):
         _, _, critic_st = self._group_inputs(group, batch, next_=False)
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             with torch.no_grad():
-                next_q, _ = group.act(
-                    "target_critic", {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
-                )
+                next_inputs = {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
+                next_q, _ = group.act("target_critic", next_inputs)
+                if group.twin:
+                    next_q = torch.minimum(next_q, group.act("target_critic_2", next_inputs)[0])
                 target = td_target(
                     rewards=self._per_agent(group, batch, "rewards"),
                     next_q_values=next_q.float().view(G, B, 1),
                     terminated=self._per_agent(group, batch, "terminated"),
                     discount_factor=cfg["discount_factor"],
                 )
-            q, _ = group.act("critic", {"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)})
+            inputs = {"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)}
+            q, _ = group.act("critic", inputs)
             q = q.float().view(G, B, 1)
             error = (q - target) ** 2
             loss = self._group_mean(group, error, mask)
+            if group.twin:
+                q_2, _ = group.act("critic_2", inputs)
+                loss = loss + self._group_mean(group, (q_2.float().view(G, B, 1) - target) ** 2, mask)
         return loss, {"q": q.detach(), "target": target, "error": error.detach(), "mask": mask}
 
     def _actor_joint(self, group: MADDPGGroup, joint_taken: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
@@ -765,6 +811,8 @@ class MADDPG(GroupedMultiAgent):
         joint_taken = self._joint(taken)
         joint_next, next_critic_states = self._next_joint_action(batch)
 
+        self._policy_counter += 1
+        policy_step = self._policy_counter % self.cfg.policy_delay == 0
         stats = []
         for group in self.groups:
             clip = group.cfg["grad_norm_clip"]
@@ -776,21 +824,22 @@ class MADDPG(GroupedMultiAgent):
                 next_critic_states=next_critic_states[group.index],
             )
             per_agent = group.batched
-            self._optimizer_step(
-                group.critic_optimizer, critic_loss, group.parameters("critic"), clip, per_agent=per_agent
-            )
-            policy_loss, q_pi = self._actor_loss(group, batch, joint_taken=joint_taken)
-            self._optimizer_step(
-                group.policy_optimizer, policy_loss, group.parameters("policy"), clip, per_agent=per_agent
-            )
+            critic_parameters = group.parameters(*group.critic_roles)
+            self._optimizer_step(group.critic_optimizer, critic_loss, critic_parameters, clip, per_agent=per_agent)
+            q, mask, big = c["q"], self._per_agent(group, batch, "agent_mask"), torch.finfo(torch.float32).max
+            q_pi = None
+            if policy_step:
+                policy_loss, q_pi = self._actor_loss(group, batch, joint_taken=joint_taken)
+                self._optimizer_step(
+                    group.policy_optimizer, policy_loss, group.parameters("policy"), clip, per_agent=per_agent
+                )
 
             with torch.no_grad():
-                q, mask, big = c["q"], self._per_agent(group, batch, "agent_mask"), torch.finfo(torch.float32).max
                 stats.append(
                     torch.stack(
                         [
                             masked_mean(c["error"], c["mask"], dim=(1, 2)),
-                            -masked_mean(q_pi, mask, dim=(1, 2)),
+                            -masked_mean(q_pi if q_pi is not None else q, mask, dim=(1, 2)),
                             masked_mean(q, mask, dim=(1, 2)),
                             q.masked_fill(~mask, big).amin(dim=(1, 2)),
                             q.masked_fill(~mask, -big).amax(dim=(1, 2)),
@@ -802,15 +851,16 @@ class MADDPG(GroupedMultiAgent):
         self.scaler.update()  # once per gradient step, after every optimiser has stepped
         for group in self.groups:
             polyak = group.cfg["polyak"]
-            for role in ("policy", "critic"):  # stacked tensors for a batched group: one update for all agents
+            # stacked tensors for a batched group: one update for all agents; with a policy delay, on the actor's steps
+            for role in ("policy", *group.critic_roles) if policy_step else ():
                 target, online = group.parameters(f"target_{role}"), group.parameters(role)
                 polyak_update_(target=target, online=online, polyak=polyak)
             for scheduler in (group.policy_scheduler, group.critic_scheduler):
                 if scheduler is not None:
                     scheduler.step()
-        self._track(stats)
+        self._track(stats, policy_step=policy_step)
 
-    def _track(self, stats: list[torch.Tensor]) -> None:
+    def _track(self, stats: list[torch.Tensor], *, policy_step: bool = True) -> None:
         # one host read per gradient step for all groups: (6, agents of all groups, in group order)
         critic, policy, q_mean, q_min, q_max, target = torch.cat(stats, dim=1).tolist()
         i = 0
@@ -819,7 +869,8 @@ class MADDPG(GroupedMultiAgent):
             critic_lr = group.critic_optimizer.param_groups[0]["lr"]
             for uid in group.uids:
                 self.track_data(f"Loss / Critic loss ({uid})", critic[i])
-                self.track_data(f"Loss / Policy loss ({uid})", policy[i])
+                if policy_step:  # skrl's TD3 tracks the policy loss on the actor's steps only
+                    self.track_data(f"Loss / Policy loss ({uid})", policy[i])
                 self.track_data(f"Q-network / Q ({uid}) (mean)", q_mean[i])
                 self.track_data(f"Q-network / Q ({uid}) (min)", q_min[i])
                 self.track_data(f"Q-network / Q ({uid}) (max)", q_max[i])

@@ -31,6 +31,7 @@ class MADDPG_CFG(MarlCfg):
         "exploration_timesteps",
         "smooth_regularization_noise",
         "smooth_regularization_clip",
+        "policy_delay",
         "rewards_shaper",
         "mixed_precision",
         "batch_agent_models",
@@ -120,6 +121,12 @@ class MADDPG_CFG(MarlCfg):
     smooth_regularization_clip: float = 0.5
     """Bound of the smoothing noise's samples (TD3's and skrl's 0.5), in action units."""
 
+    policy_delay: int = 1
+    """The actors and all target networks step once every ``policy_delay`` gradient steps; the critics every step
+    (TD3's delayed policy update, skrl ``TD3_CFG``'s name; TD3 uses 2). One value for all agents. 1 (default): every
+    step, the MADDPG paper's. The count of gradient steps is not saved in checkpoints (as skrl's TD3): a resumed run
+    counts from 0."""
+
     policy_regularization: float | None | dict[str, float | None] = 0.0
     """Weight of the mean square of a continuous policy's output before its ``tanh``
     (``outputs["pre_tanh_actions"]``, :data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`) added to the actor loss
@@ -177,7 +184,7 @@ class MADDPG_CFG(MarlCfg):
         check_choice(owner, "non_finite", self.non_finite, ("raise", "skip"))
         if not isinstance(self.batch_agent_models, bool):
             raise ValueError(f"{owner}: cfg.batch_agent_models must be True or False, got {self.batch_agent_models!r}")
-        for name in ("batch_size", "gradient_steps"):
+        for name in ("batch_size", "gradient_steps", "policy_delay"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{owner}: cfg.{name} must be a positive integer, got {value!r}")
