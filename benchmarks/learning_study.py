@@ -146,9 +146,14 @@ VARIANTS: dict[str, Variant] = {
         note="skrl, time-outs bootstrapped",
     ),
     "ippo": Variant("on_policy", "ippo", note="skrl_marl_ext.IPPO"),
-    # diagnostics of the gaps to skrl (MPE simple_spread MAPPO, navigation IPPO): skrl's fixed contiguous mini-batches
-    "mappo-contiguous": Variant("on_policy_contiguous", "mappo", note="ours, skrl's contiguous mini-batches"),
-    "ippo-contiguous": Variant("on_policy_contiguous", "ippo", note="ours, skrl's contiguous mini-batches"),
+    # skrl's mini-batches (mini_batch_order="sequential": each epoch the rollout's steps in order, in the same blocks);
+    # first run as diagnostics of the gaps to skrl (MPE simple_spread MAPPO, navigation IPPO)
+    "mappo-sequential": Variant(
+        "on_policy", "mappo", overrides=(("mini_batch_order", "sequential"),), note="ours, skrl's mini-batch order"
+    ),
+    "ippo-sequential": Variant(
+        "on_policy", "ippo", overrides=(("mini_batch_order", "sequential"),), note="ours, skrl's mini-batch order"
+    ),
     # Off-policy variants: built by the "runner" builder from skrl_marl_ext/configs/<algo>.yaml (their own models).
     # Add MADDPG variants here, e.g. "maddpg-noise01": Variant("runner", "maddpg", overrides=(...,)), or give them
     # a builder of their own in BUILDERS.
@@ -383,23 +388,8 @@ def build_runner(env, *, variant: Variant, seed: int, timesteps: int, directory:
     return Runner(env, cfg).trainer
 
 
-def build_on_policy_contiguous(env, **kwargs):
-    """:func:`build_on_policy` with ours taking each epoch's mini-batches as skrl 2.1.1's memories do: the rollout's
-    rows in order, cut into contiguous blocks, the same every epoch (a diagnostic: this worker process only)."""
-    import torch
-
-    from skrl_marl_ext.agents import on_policy
-
-    def contiguous(samples, mini_batches, *, device):
-        yield from torch.tensor_split(torch.arange(samples, device=device), mini_batches)
-
-    on_policy.mini_batch_indexes = contiguous
-    return build_on_policy(env, **kwargs)
-
-
 BUILDERS: dict[str, Callable[..., Any]] = {
     "on_policy": build_on_policy,
-    "on_policy_contiguous": build_on_policy_contiguous,
     "runner": build_runner,
 }
 """``builder(env, *, variant, seed, timesteps, directory) -> trainer`` (anything with ``train()``)."""

@@ -22,7 +22,7 @@ from skrl_marl_ext.models import QMLP, GaussianMLP
 ROLLOUTS = 6
 
 
-def in_order(samples, mini_batches, *, device):
+def in_order(samples, mini_batches, *, device, shuffle=True):
     """Mini-batches without shuffling: the loop draws one permutation per agent, a batched group one for all."""
     return iter(torch.tensor_split(torch.arange(samples, device=device), mini_batches))
 

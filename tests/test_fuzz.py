@@ -34,6 +34,7 @@ ON_POLICY_FIELDS = {
     "rollouts": st.integers(2, 6),
     "learning_epochs": st.integers(1, 3),
     "mini_batches": st.integers(1, 4),
+    "mini_batch_order": st.sampled_from(["shuffled", "sequential"]),
     "discount_factor": st.floats(0.0, 1.0),
     "gae_lambda": st.floats(0.0, 1.0),
     "learning_rate": st.one_of(st.floats(1e-5, 1e-2), st.tuples(st.floats(1e-5, 1e-2), st.floats(1e-5, 1e-2))),

@@ -447,3 +447,53 @@ def test_config_fields_all_have_docstrings_and_defaults():
     skrl_fields = {f.name for f in dataclasses.fields(SKRL_MAPPO_CFG)}
     assert skrl_fields <= {f.name for f in fields}  # a superset of skrl's config
     MAPPO_CFG()  # defaults construct
+
+
+# ---------------------------------------------------------------- mini-batch order
+
+
+def _recorded_mini_batches(monkeypatch, order, *, algo="mappo", epochs=2):
+    """The sample indexes of every mini-batch the agent trained on in its first update (one list per epoch)."""
+    from skrl_marl_ext.agents import on_policy
+
+    seen = []
+    batch = on_policy.TrainingData.batch
+
+    def spy(self, indexes):
+        seen.append(indexes.clone())
+        return batch(self, indexes)
+
+    monkeypatch.setattr(on_policy.TrainingData, "batch", spy)
+    env = spread(num_envs=4)
+    cfg = {"rollouts": 8, "learning_epochs": epochs, "mini_batches": 4, "mini_batch_order": order}
+    drive(make_agent(env, algo, cfg=cfg), env, 8)
+    assert len(seen) == epochs * 4
+    return [seen[e * 4 : (e + 1) * 4] for e in range(epochs)]
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_sequential_mini_batches_are_skrls(monkeypatch, algo):
+    """``mini_batch_order="sequential"``: every epoch the rollout's samples in order, cut into the blocks skrl 2.1.1's
+    ``Memory.sample_all`` cuts (a memory of the same shape holding each sample's index says which)."""
+    epochs = _recorded_mini_batches(monkeypatch, "sequential", algo=algo)
+    memory = RandomMemory(memory_size=8, num_envs=4)
+    memory.create_tensor(name="index", size=1, dtype=torch.float32)
+    for step in range(8):
+        memory.add_samples(index=torch.arange(step * 4, (step + 1) * 4, dtype=torch.float32).view(4, 1))
+    skrl_blocks = [b[0].view(-1).long() for b in memory.sample_all(names=["index"], mini_batches=4)]
+    for epoch in epochs:
+        assert [b.tolist() for b in epoch] == [b.tolist() for b in skrl_blocks]
+
+
+def test_shuffled_mini_batches_are_a_fresh_permutation_each_epoch(monkeypatch):
+    first, second = _recorded_mini_batches(monkeypatch, "shuffled")
+    for epoch in (first, second):
+        assert sorted(torch.cat(epoch).tolist()) == list(range(32))
+    assert torch.cat(first).tolist() != list(range(32))
+    assert torch.cat(first).tolist() != torch.cat(second).tolist()
+
+
+def test_mini_batch_order_is_checked():
+    env = spread(num_envs=2)
+    with pytest.raises(ValueError, match=r"cfg.mini_batch_order must be one of \['shuffled', 'sequential'\]"):
+        make_agent(env, cfg={"mini_batch_order": "random"})

@@ -291,3 +291,9 @@ def test_time_limit_bootstrap_with_a_recurrent_critic_replays_exactly():
         assert bool(changed.any())  # V(final observation), not V(s_t)
     for new, old in seen:
         assert torch.allclose(new, old, atol=1e-6, rtol=0)
+
+
+def test_sequential_sequence_mini_batches_keep_the_sequences_in_order():
+    idx = sequence_indexes(rollouts=6, num_envs=2, sequence_length=3, device="cpu")
+    batches = list(sequence_mini_batch_indexes(idx, 2, shuffle=False))
+    assert [b.tolist() for b in batches] == [[0, 2, 4, 1, 3, 5], [6, 8, 10, 7, 9, 11]]

@@ -290,7 +290,7 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
     env = spread(num_envs=8)
     T, N = 8, 8
     monkeypatch.setattr(
-        on_policy, "mini_batch_indexes", lambda samples, mini_batches, device: iter([torch.arange(samples)])
+        on_policy, "mini_batch_indexes", lambda samples, mini_batches, device, shuffle: iter([torch.arange(samples)])
     )
     acted, checked = [], []
     agent = make_agent(

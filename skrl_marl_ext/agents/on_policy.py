@@ -77,6 +77,7 @@ GROUP_FIELDS = (
     *SHARED_GROUP_FIELDS,
     "learning_epochs",
     "mini_batches",
+    "mini_batch_order",
     "gae_lambda",
     "learning_rate",
     "value_preprocessor",
@@ -783,12 +784,14 @@ class OnPolicyAgent(GroupedMultiAgent):
         sequences = None
         if group.sequence_length > 1:  # mini-batches of whole sequences
             sequences = sequence_indexes(b.rollouts, b.num_envs, group.sequence_length, device=self.device)
+        shuffle = group.cfg["mini_batch_order"] == "shuffled"
         for _ in range(group.cfg["learning_epochs"]):
             epoch_kl, stop = [], False
             if sequences is None:
-                batches = mini_batch_indexes(b.rollouts * b.num_envs, group.mini_batches, device=self.device)
+                samples = b.rollouts * b.num_envs
+                batches = mini_batch_indexes(samples, group.mini_batches, device=self.device, shuffle=shuffle)
             else:
-                batches = sequence_mini_batch_indexes(sequences, group.mini_batches)
+                batches = sequence_mini_batch_indexes(sequences, group.mini_batches, shuffle=shuffle)
             for indexes in batches:
                 kl = self._mini_batch_step(group, data.batch(indexes), sums)
                 if kl is None:

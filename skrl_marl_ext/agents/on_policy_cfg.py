@@ -41,6 +41,13 @@ class OnPolicyCfg(MarlCfg):
     A mini-batch holds the same ``rollouts * num_envs / mini_batches`` (step, env) samples for every agent of a group.
     """
 
+    mini_batch_order: str | dict[str, str] = "shuffled"
+    """*New.* How each epoch cuts the rollout into mini-batches (per agent). ``"shuffled"``: a fresh random permutation
+    every epoch (the MAPPO paper's code, most PPO code). ``"sequential"``: the samples in order, i.e. each mini-batch
+    ``rollouts / mini_batches`` consecutive steps of every env, the same blocks every epoch, as skrl 2.1.1's memories
+    cut them (``sample_all``); recurrent mini-batches keep whole sequences either way. Measured in BENCHMARKS.md
+    ("Learning study")."""
+
     discount_factor: float | dict[str, float] = 0.99
     """Discount factor ``gamma`` in ``[0, 1]`` (per agent)."""
 
@@ -177,6 +184,9 @@ class OnPolicyCfg(MarlCfg):
         check_choice(owner, "non_finite", self.non_finite, ("raise", "skip"))
         if isinstance(self.rollouts, bool) or not isinstance(self.rollouts, int) or self.rollouts < 1:
             raise ValueError(f"{owner}: cfg.rollouts must be a positive integer, got {self.rollouts!r}")
+        orders = self.mini_batch_order
+        for order in orders.values() if isinstance(orders, dict) else [orders]:
+            check_choice(owner, "mini_batch_order", order, ("shuffled", "sequential"))
         for name in ("learning_epochs", "mini_batches"):
             values = getattr(self, name)
             for v in values.values() if isinstance(values, dict) else [values]:

@@ -137,9 +137,13 @@ def sequence_indexes(rollouts: int, num_envs: int, sequence_length: int, *, devi
     return ((chunk * L + step) * num_envs + env).reshape(-1, L)
 
 
-def sequence_mini_batch_indexes(sequences: torch.Tensor, mini_batches: int) -> Iterator[torch.Tensor]:
-    """One epoch's mini-batches of whole sequences in random order: each the ``L`` steps of one sequence after
-    another. With ``L == 1`` the same indexes (and RNG draws) as :func:`~.rollout.mini_batch_indexes`."""
-    order = torch.randperm(sequences.shape[0], device=sequences.device)
+def sequence_mini_batch_indexes(
+    sequences: torch.Tensor, mini_batches: int, *, shuffle: bool = True
+) -> Iterator[torch.Tensor]:
+    """One epoch's mini-batches of whole sequences, in random order with ``shuffle``, else in the order of
+    ``sequences`` (the same blocks every epoch); each the ``L`` steps of one sequence after another. With ``L == 1`` the same
+    indexes (and RNG draws) as :func:`~.rollout.mini_batch_indexes`."""
+    count = sequences.shape[0]
+    order = torch.randperm(count, device=sequences.device) if shuffle else torch.arange(count, device=sequences.device)
     for part in torch.tensor_split(order, mini_batches):
         yield sequences[part].reshape(-1)

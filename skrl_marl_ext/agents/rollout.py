@@ -91,7 +91,11 @@ def first_non_finite(
     return name, who, step, env
 
 
-def mini_batch_indexes(samples: int, mini_batches: int, *, device: torch.device | str) -> Iterator[torch.Tensor]:
-    """The sample indexes of one epoch's mini-batches: a random permutation split as ``np.array_split`` splits it
-    (skrl's memories do the same; ``Tensor.chunk`` may give fewer mini-batches)."""
-    yield from torch.tensor_split(torch.randperm(samples, device=device), mini_batches)
+def mini_batch_indexes(
+    samples: int, mini_batches: int, *, device: torch.device | str, shuffle: bool = True
+) -> Iterator[torch.Tensor]:
+    """The sample indexes of one epoch's mini-batches, split as ``np.array_split`` splits them (as skrl's memories
+    split; ``Tensor.chunk`` may give fewer mini-batches): a random permutation with ``shuffle``, else the samples in
+    order, i.e. contiguous blocks of steps, the same every epoch (skrl 2.1.1's ``Memory.sample_all``)."""
+    order = torch.randperm(samples, device=device) if shuffle else torch.arange(samples, device=device)
+    yield from torch.tensor_split(order, mini_batches)
