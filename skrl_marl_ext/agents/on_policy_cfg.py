@@ -70,8 +70,9 @@ class OnPolicyCfg(MarlCfg):
     observation_preprocessor: type | None | dict = None
     """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``.
 
-    As in skrl: the rollout acts with the statistics fixed (the raw observations are stored), and at the update the
-    statistics take in the rollout's unmasked, finite observations (summed over ranks) before the epochs, so the
+    The rollout acts with the statistics fixed (the raw observations are stored, as in skrl), and at the update the
+    statistics take in the rollout's unmasked, finite observations (summed over ranks) before the epochs (skrl 2.1.1
+    folds in each mini-batch of the first epoch as it trains on it, ``train=not epoch``), so the
     policy trains on its inputs as it will see them when it acts next. The importance ratio keeps the behaviour
     policy's log-probabilities, so the refresh's effect on the policy shows in the first mini-batch's ratio (not
     exactly 1) and is clipped like any other change; making it exactly 1 (refreshing after the epochs or every
