@@ -190,7 +190,8 @@ class Runner(SkrlRunner):
         ``target_critic_2`` where a ``critic_2`` section is given (see the module docstring)."""
         if not models_cfg.pop("separate", True):
             raise ValueError("Runner: MADDPG needs separate models (models: separate: True)")
-        for role in ("policy", "critic"):
+        twin = models_cfg.get("critic_2") is not None  # clipped double Q
+        for role in ("policy", "critic", *(("critic_2",) if twin else ())):
             if not isinstance(models_cfg.get(role), dict) or not models_cfg[role].get("class"):
                 raise ValueError(f"Runner: MADDPG needs a 'models: {role}:' section with a 'class'")
         roles = {
@@ -199,9 +200,7 @@ class Runner(SkrlRunner):
             "critic": models_cfg["critic"],
             "target_critic": models_cfg.get("target_critic") or models_cfg["critic"],
         }
-        if models_cfg.get("critic_2") is not None:  # clipped double Q
-            if not isinstance(models_cfg["critic_2"], dict) or not models_cfg["critic_2"].get("class"):
-                raise ValueError("Runner: MADDPG's 'models: critic_2:' section needs a 'class' (e.g. QMLP)")
+        if twin:
             roles["critic_2"] = models_cfg["critic_2"]
             roles["target_critic_2"] = models_cfg.get("target_critic_2") or models_cfg["critic_2"]
         unknown = sorted(set(models_cfg) - set(roles))

@@ -179,7 +179,7 @@ def test_maddpg_yaml_critic_2_section_builds_twin_critics_and_trains():
     runner.run("train")
     assert not torch.equal(before, _params(models["critic_2"]))
     cfg["models"]["critic_2"] = {"hidden_sizes": [16]}
-    with pytest.raises(ValueError, match="critic_2:' section needs a 'class'"):
+    with pytest.raises(ValueError, match="needs a 'models: critic_2:' section with a 'class'"):
         Runner(env, cfg)
 
 

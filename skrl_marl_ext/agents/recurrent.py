@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from skrl_marl_ext.agents.rollout import mini_batch_indexes
+
 RESET_KEY = "rnn_reset"
 """Rollout entry: whether the hidden state was reset after the step (episode end or masked agent), ``(G, 1)``."""
 
@@ -141,9 +143,7 @@ def sequence_mini_batch_indexes(
     sequences: torch.Tensor, mini_batches: int, *, shuffle: bool = True
 ) -> Iterator[torch.Tensor]:
     """One epoch's mini-batches of whole sequences, in random order with ``shuffle``, else in the order of
-    ``sequences`` (the same blocks every epoch); each the ``L`` steps of one sequence after another. With ``L == 1`` the same
-    indexes (and RNG draws) as :func:`~.rollout.mini_batch_indexes`."""
-    count = sequences.shape[0]
-    order = torch.randperm(count, device=sequences.device) if shuffle else torch.arange(count, device=sequences.device)
-    for part in torch.tensor_split(order, mini_batches):
+    ``sequences`` (the same blocks every epoch); each the ``L`` steps of one sequence after another: the sequences
+    picked by :func:`~.rollout.mini_batch_indexes` (so with ``L == 1`` its indexes and RNG draws)."""
+    for part in mini_batch_indexes(sequences.shape[0], mini_batches, device=sequences.device, shuffle=shuffle):
         yield sequences[part].reshape(-1)
