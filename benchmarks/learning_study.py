@@ -18,7 +18,8 @@ Discrete actions), the same initial weights for a seed, and the agent config of 
 - ``mappo``, ``ippo``: ``skrl_marl_ext.MAPPO`` / ``IPPO``;
 - ``mappo-paper``: ours with the MAPPO paper's value options on top (``ValueNorm``, Huber delta 10, value clip 0.2);
 - ``maddpg``: ``skrl_marl_ext.MADDPG`` with ``skrl_marl_ext/configs/maddpg.yaml`` through our ``Runner``
-  (its own models: deterministic 2x128 relu policy, Q critic; not comparable in config with the PPO variants).
+  (its own models: deterministic 2x128 relu policy, twin Q critics; not comparable in config with the PPO variants);
+  ``maddpg-1critic``: the same with one critic (the defaults before the twin critics became one).
 
 Tasks: ``vmas:balance`` (default), ``vmas:navigation``, ``vmas:transport``, ``pettingzoo:mpe2.simple_spread_v3``
 (any ``skrl_marl_ext.envs.make_env`` spec works), each behind ``EpisodeRecorder``.
@@ -124,6 +125,12 @@ class Variant:
 TWIN_CRITIC = {"class": "QMLP", "hidden_sizes": [128, 128], "activation": "relu"}
 """The second critic of the twin-critic variants: the default config's critic."""
 
+REMOVE = "<remove>"
+"""An override value that deletes the field from the config (``("models.critic_2", REMOVE)``: one critic)."""
+
+ONE_CRITIC = (("models.critic_2", REMOVE),)
+"""Overrides of the single-critic MADDPG variants (configs/maddpg.yaml has had twin critics since issue 15)."""
+
 VARIANTS: dict[str, Variant] = {
     "skrl-mappo": Variant("on_policy", "mappo", impl="skrl", note="skrl's MAPPO, critic reads states"),
     "mappo": Variant("on_policy", "mappo", note="skrl_marl_ext.MAPPO"),
@@ -157,37 +164,40 @@ VARIANTS: dict[str, Variant] = {
     # Off-policy variants: built by the "runner" builder from skrl_marl_ext/configs/<algo>.yaml (their own models).
     # Add MADDPG variants here, e.g. "maddpg-noise01": Variant("runner", "maddpg", overrides=(...,)), or give them
     # a builder of their own in BUILDERS.
-    "maddpg": Variant("runner", "maddpg", note="skrl_marl_ext.MADDPG, configs/maddpg.yaml (relu models, replay)"),
-    # probes of the navigation collapse (issue 15): BenchMARL's replay of 1M frames (7813 rows x 128 envs), and the
-    # same with half the learning rates
+    "maddpg": Variant(
+        "runner", "maddpg", note="skrl_marl_ext.MADDPG, configs/maddpg.yaml (relu models, twin critics, replay)"
+    ),
+    # the defaults before the twin critics (its rows were run as "maddpg" then; the config hash is the same)
+    "maddpg-1critic": Variant("runner", "maddpg", overrides=ONE_CRITIC, note="MADDPG, one critic per agent"),
+    # probes of the navigation collapse with one critic (issue 15): BenchMARL's replay of 1M frames (7813 rows x 128
+    # envs), with half the learning rates, with the paper code's pre-tanh penalty, with TD3's target smoothing
     "maddpg-replay1m": Variant(
-        "runner", "maddpg", overrides=(("memory.memory_size", 7813),), note="MADDPG, replay of 1M transitions"
+        "runner",
+        "maddpg",
+        overrides=(*ONE_CRITIC, ("memory.memory_size", 7813)),
+        note="MADDPG, one critic, replay of 1M transitions",
     ),
     "maddpg-replay1m-preg": Variant(
         "runner",
         "maddpg",
-        overrides=(("memory.memory_size", 7813), ("policy_regularization", 1e-3)),
-        note="MADDPG, replay of 1M transitions, the paper code's pre-tanh penalty 1e-3",
+        overrides=(*ONE_CRITIC, ("memory.memory_size", 7813), ("policy_regularization", 1e-3)),
+        note="MADDPG, one critic, replay of 1M transitions, the paper code's pre-tanh penalty 1e-3",
     ),
     "maddpg-replay1m-smooth": Variant(
         "runner",
         "maddpg",
         overrides=(
+            *ONE_CRITIC,
             ("memory.memory_size", 7813),
             ("smooth_regularization_noise", "GaussianNoise"),
             ("smooth_regularization_noise_kwargs", {"mean": 0.0, "std": 0.2}),
             ("smooth_regularization_clip", 0.5),
         ),
-        note="MADDPG, replay of 1M transitions, TD3's target policy smoothing (std 0.2, clip 0.5)",
+        note="MADDPG, one critic, replay of 1M transitions, TD3's target policy smoothing (std 0.2, clip 0.5)",
     ),
-    # TD3's clipped double Q (twin critics), alone and as the whole of TD3 (MATD3: twin critics, target policy
-    # smoothing std 0.2 clip 0.5, actor and targets every 2nd gradient step), on the default replay
-    "maddpg-twin": Variant(
-        "runner",
-        "maddpg",
-        overrides=(("models.critic_2", TWIN_CRITIC),),
-        note="MADDPG, twin critics (clipped double Q)",
-    ),
+    # the whole of TD3 (MATD3: the default twin critics, target policy smoothing std 0.2 clip 0.5, actor and targets
+    # every 2nd gradient step), on the default replay. The twin critics alone were "maddpg-twin" before they became
+    # the default; those rows are "maddpg" (the same config hash)
     "maddpg-td3": Variant(
         "runner",
         "maddpg",
@@ -203,8 +213,13 @@ VARIANTS: dict[str, Variant] = {
     "maddpg-replay1m-lr": Variant(
         "runner",
         "maddpg",
-        overrides=(("memory.memory_size", 7813), ("actor_learning_rate", 2.5e-4), ("critic_learning_rate", 5e-4)),
-        note="MADDPG, replay of 1M transitions, half the learning rates",
+        overrides=(
+            *ONE_CRITIC,
+            ("memory.memory_size", 7813),
+            ("actor_learning_rate", 2.5e-4),
+            ("critic_learning_rate", 5e-4),
+        ),
+        note="MADDPG, one critic, replay of 1M transitions, half the learning rates",
     ),
 }
 """The study's variants by name (the report lists them in this order)."""
@@ -239,7 +254,10 @@ def runner_config(variant: Variant) -> dict[str, Any]:
     }
     for key, value in variant.overrides:
         section, _, field = key.rpartition(".")
-        config[section or "agent"][field] = value
+        if value == REMOVE:
+            config[section or "agent"].pop(field, None)
+        else:
+            config[section or "agent"][field] = value
     return config
 
 

@@ -21,7 +21,8 @@ Additions, all optional in the YAML:
   (:func:`~skrl_marl_ext.models.joint_action_space`), so skrl's instantiators size ``concatenate([STATES,
   ACTIONS])`` right (``ACTIONS`` is ``inputs["taken_actions"]``). ``target_policy``/``target_critic`` sections may be left out: they copy ``policy``/
   ``critic``. A ``critic_2`` section (``target_critic_2`` copies it when left out) adds TD3's second critic to every
-  agent, built as the first (clipped double Q). ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
+  agent, built as the first (clipped double Q; ``configs/maddpg.yaml``, the CLI's default, has one; ``critic_2: null``
+  leaves it out). ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
   ``exploration_noise_kwargs`` (skrl 2.x DDPG keys) becomes the noise instance MADDPG takes.
 """
 
@@ -203,7 +204,8 @@ class Runner(SkrlRunner):
         if twin:
             roles["critic_2"] = models_cfg["critic_2"]
             roles["target_critic_2"] = models_cfg.get("target_critic_2") or models_cfg["critic_2"]
-        unknown = sorted(set(models_cfg) - set(roles))
+        # a section set to null is left out (the CLI's models.critic_2=null turns the default twin critics off)
+        unknown = sorted(role for role, section in models_cfg.items() if role not in roles and section is not None)
         if unknown:
             raise ValueError(
                 "Runner: MADDPG models are policy, target_policy, critic, target_critic (and critic_2, "

@@ -136,6 +136,11 @@ def test_maddpg_defaults_on_continuous_env_and_env_without_state():
     models = runner.agent.models["agent_0"]
     assert isinstance(models["policy"], DeterministicMLP) and isinstance(models["target_policy"], DeterministicMLP)
     assert isinstance(models["critic"], QMLP)
+    # twin critics by default (clipped double Q); "models.critic_2: null" (the CLI override) gives one critic
+    assert isinstance(models["critic_2"], QMLP) and isinstance(models["target_critic_2"], QMLP)
+    one = _cfg(os.path.join(CONFIGS, "maddpg.yaml"), timesteps=4)
+    one["models"]["critic_2"] = None
+    assert set(Runner(env, one).agent.models["agent_0"]) == {"policy", "target_policy", "critic", "target_critic"}
     obs_size = env.observation_space("agent_0").shape[0]
     assert models["critic"].state_space.shape == (2 * obs_size,) and models["critic"].action_space.shape == (4,)
     noise = runner.agent.cfg.exploration_noise
