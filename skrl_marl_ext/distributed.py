@@ -42,7 +42,12 @@ def broadcast_state(module: torch.nn.Module, *, src: int = 0) -> None:
     with torch.no_grad():
         for tensor in module.state_dict(keep_vars=True).values():
             if isinstance(tensor, torch.Tensor):
-                dist.broadcast(tensor.data, src=src)
+                if tensor.is_contiguous():
+                    dist.broadcast(tensor.data, src=src)
+                else:  # collectives take dense tensors (a batched group's linear weights are stored transposed)
+                    dense = tensor.data.contiguous()
+                    dist.broadcast(dense, src=src)
+                    tensor.data.copy_(dense)
 
 
 def all_reduce_mean_(tensor: torch.Tensor) -> torch.Tensor:
