@@ -210,6 +210,14 @@ VARIANTS: dict[str, Variant] = {
         ),
         note="MADDPG as MATD3: twin critics, target smoothing (std 0.2, clip 0.5), policy delay 2",
     ),
+    # the default config with its exploration noise ending at std 0.03 instead of 0.09 (BenchMARL anneals to 0.01):
+    # MADDPG's final return is taken with its noise, which on balance can drop the package
+    "maddpg-endnoise003": Variant(
+        "runner",
+        "maddpg",
+        overrides=(("exploration_final_scale", 0.1),),
+        note="MADDPG, exploration noise std 0.3 -> 0.03 (default 0.3 -> 0.09)",
+    ),
     "maddpg-replay1m-lr": Variant(
         "runner",
         "maddpg",
