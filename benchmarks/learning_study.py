@@ -128,7 +128,10 @@ TWIN_CRITIC = {"class": "QMLP", "hidden_sizes": [128, 128], "activation": "relu"
 REMOVE = "<remove>"
 """An override value that deletes the field from the config (``("models.critic_2", REMOVE)``: one critic)."""
 
-ONE_CRITIC = (("models.critic_2", REMOVE),)
+NOISE_009 = (("exploration_final_scale", 0.3),)
+"""The exploration noise ending at std 0.09, as configs/maddpg.yaml had it before issue 15's study (now 0.03)."""
+
+ONE_CRITIC = (("models.critic_2", REMOVE), *NOISE_009)
 """Overrides of the single-critic MADDPG variants (configs/maddpg.yaml has had twin critics since issue 15)."""
 
 VARIANTS: dict[str, Variant] = {
@@ -165,9 +168,13 @@ VARIANTS: dict[str, Variant] = {
     # Add MADDPG variants here, e.g. "maddpg-noise01": Variant("runner", "maddpg", overrides=(...,)), or give them
     # a builder of their own in BUILDERS.
     "maddpg": Variant(
-        "runner", "maddpg", note="skrl_marl_ext.MADDPG, configs/maddpg.yaml (relu models, twin critics, replay)"
+        "runner",
+        "maddpg",
+        note="skrl_marl_ext.MADDPG, configs/maddpg.yaml (relu models, twin critics, replay, noise std 0.3 -> 0.03)",
     ),
-    # the defaults before the twin critics (its rows were run as "maddpg" then; the config hash is the same)
+    # the twin critics with the noise ending at std 0.09 (rows first run as "maddpg-twin", then as "maddpg"); the
+    # defaults before the twin critics (its rows were run as "maddpg" then); the config hashes are the same
+    "maddpg-noise009": Variant("runner", "maddpg", overrides=NOISE_009, note="MADDPG, noise std 0.3 -> 0.09"),
     "maddpg-1critic": Variant("runner", "maddpg", overrides=ONE_CRITIC, note="MADDPG, one critic per agent"),
     # probes of the navigation collapse with one critic (issue 15): BenchMARL's replay of 1M frames (7813 rows x 128
     # envs), with half the learning rates, with the paper code's pre-tanh penalty, with TD3's target smoothing
@@ -196,12 +203,12 @@ VARIANTS: dict[str, Variant] = {
         note="MADDPG, one critic, replay of 1M transitions, TD3's target policy smoothing (std 0.2, clip 0.5)",
     ),
     # the whole of TD3 (MATD3: the default twin critics, target policy smoothing std 0.2 clip 0.5, actor and targets
-    # every 2nd gradient step), on the default replay. The twin critics alone were "maddpg-twin" before they became
-    # the default; those rows are "maddpg" (the same config hash)
+    # every 2nd gradient step), on the default replay, with the noise ending at std 0.09
     "maddpg-td3": Variant(
         "runner",
         "maddpg",
         overrides=(
+            *NOISE_009,
             ("models.critic_2", TWIN_CRITIC),
             ("smooth_regularization_noise", "GaussianNoise"),
             ("smooth_regularization_noise_kwargs", {"mean": 0.0, "std": 0.2}),
@@ -209,14 +216,6 @@ VARIANTS: dict[str, Variant] = {
             ("policy_delay", 2),
         ),
         note="MADDPG as MATD3: twin critics, target smoothing (std 0.2, clip 0.5), policy delay 2",
-    ),
-    # the default config with its exploration noise ending at std 0.03 instead of 0.09 (BenchMARL anneals to 0.01):
-    # MADDPG's final return is taken with its noise, which on balance can drop the package
-    "maddpg-endnoise003": Variant(
-        "runner",
-        "maddpg",
-        overrides=(("exploration_final_scale", 0.1),),
-        note="MADDPG, exploration noise std 0.3 -> 0.03 (default 0.3 -> 0.09)",
     ),
     "maddpg-replay1m-lr": Variant(
         "runner",

@@ -359,15 +359,15 @@ def test_continuous_noise_in_training_only_clipped_and_scheduled():
 
 
 def test_default_noise_anneals_over_the_first_third_of_the_run():
-    """Defaults: GaussianNoise std 0.3, its factor 1 -> 0.3 over a third of the trainer's timesteps (BenchMARL's rule)."""
+    """Defaults: GaussianNoise std 0.3, its factor 1 -> 0.1 over a third of the trainer's timesteps (BenchMARL's rule)."""
     env = spread(num_envs=4096, num_agents=2)
     agent = make_agent(env)
     agent.init()
     agent.enable_training_mode(True)
-    assert [agent._noise_scale(t, 300) for t in (0, 50, 100, 250)] == pytest.approx([1.0, 0.65, 0.3, 0.3])
+    assert [agent._noise_scale(t, 300) for t in (0, 50, 100, 250)] == pytest.approx([1.0, 0.55, 0.1, 0.1])
     obs, _ = env.reset()
     mu = agent.models["agent_0"]["policy"].act({"observations": obs["agent_0"]}, role="policy")[0]
-    for timestep, std in ((0, 0.3), (100, 0.09)):
+    for timestep, std in ((0, 0.3), (100, 0.03)):
         noisy, _ = agent.act(obs, env.state(), timestep=timestep, timesteps=300)
         inside = (noisy["agent_0"].abs() < 1.0) & (mu.abs() < 0.5)  # away from the clipping bounds
         assert (noisy["agent_0"] - mu)[inside].std().item() == pytest.approx(std, rel=0.05)
