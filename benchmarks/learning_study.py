@@ -19,7 +19,8 @@ Discrete actions), the same initial weights for a seed, and the agent config of 
 - ``mappo-paper``: ours with the MAPPO paper's value options on top (``ValueNorm``, Huber delta 10, value clip 0.2);
 - ``maddpg``: ``skrl_marl_ext.MADDPG`` with ``skrl_marl_ext/configs/maddpg.yaml`` through our ``Runner``
   (its own models: deterministic 2x128 relu policy, twin Q critics; not comparable in config with the PPO variants);
-  ``maddpg-1critic``: the same with one critic (the defaults before the twin critics became one).
+  ``maddpg-noise009``: with the exploration noise ending at std 0.09 (the default before issue 15's study);
+  ``maddpg-1critic``: that and one critic (the defaults before the twin critics became one).
 
 Tasks: ``vmas:balance`` (default), ``vmas:navigation``, ``vmas:transport``, ``pettingzoo:mpe2.simple_spread_v3``
 (any ``skrl_marl_ext.envs.make_env`` spec works), each behind ``EpisodeRecorder``.

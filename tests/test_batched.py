@@ -185,11 +185,37 @@ def test_optimizer_view_refuses_other_parameter_groups():
         view.load_state_dict(state)
 
 
-def test_clip_per_agent_slice_equals_torch_per_agent():
+def test_linear_weights_are_stored_in_the_gradient_layout():
+    """A batched group keeps each linear weight as ``(G, out, in)`` with ``(G, in, out)`` memory order, the order the
+    backward of the vmapped ``linear`` gives its gradient: after a backward the gradient has the weight's strides."""
+    env = make_spread_env(num_envs=4, num_agents=3)
+    models = make_models(env)
+    agent = make_agent(env, models=models)
+    (group,) = agent.groups
+    stack = group.stacked["policy"]
+    weights = [n for n, m in models["agent_0"]["policy"].named_modules() if isinstance(m, torch.nn.Linear)]
+    assert weights
+    obs = torch.randn(3 * 4, env.observation_space("agent_0").shape[0])
+    actions, outputs = stack.act({"observations": obs}, role="policy")
+    outputs["mean_actions"].square().sum().backward()
+    for name in (f"{w}.weight" for w in weights):
+        weight = stack.params[name]
+        G, out, inp = weight.shape
+        assert weight.stride() == (out * inp, 1, out)
+        assert weight.grad is not None and weight.grad.stride() == weight.stride()
+        # each user's model reads its own slice, the same values in the (out, in) shape
+        assert torch.equal(models["agent_1"]["policy"].get_parameter(name), weight[1])
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_clip_per_agent_slice_equals_torch_per_agent(transposed):
     torch.manual_seed(3)
     stacked = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
+    if transposed:  # the layout of a batched group's linear weights (and so of their gradients)
+        stacked[0] = torch.randn(3, 5, 4).transpose(1, 2).requires_grad_()
     for p in stacked:
         p.grad = torch.randn_like(p) * torch.tensor([0.01, 1.0, 10.0]).view(3, *([1] * (p.dim() - 1)))
+    assert stacked[0].grad.is_contiguous() != transposed
     expected = []
     for i in range(3):
         own = [p[i].detach().clone().requires_grad_() for p in stacked]
