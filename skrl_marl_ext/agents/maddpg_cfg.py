@@ -108,8 +108,8 @@ class MADDPG_CFG(MarlCfg):
     """Factor on the noise at ``exploration_timesteps`` and after; the factor moves linearly in between. 0.1: explore
     widely first, then act near the policy (the returns a run reports are those of its noisy actions). Measured on
     VMAS with twin critics, 1M frames (BENCHMARKS.md, "Learning study"): ending at 0.3 (std 0.09) balance gave 42.37
-    (6 seeds) and navigation 4.08, ending at 0.1 (std 0.03) balance 45.99 and navigation 4.07 (3 seeds; skrl MAPPO
-    42.93 and 3.72); BenchMARL anneals its noise to 0.01."""
+    (6 seeds) and navigation 4.08, ending at 0.1 (std 0.03) balance 45.74 (6 seeds) and navigation 4.07 (3 seeds; skrl
+    MAPPO 42.93 and 3.72); BenchMARL anneals its noise to 0.01."""
 
     exploration_timesteps: int | None = None
     """Timesteps over which the noise factor goes from the initial to the final scale; None: the first third of the
