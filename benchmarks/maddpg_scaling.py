@@ -2,8 +2,8 @@
 
 skrl has no MADDPG, so there is no baseline in the same run; the table shows how the cost grows with the agents
 (each critic reads the global state and the joint action, so a critic's input grows linearly with the agents and
-the total critic work quadratically). Runs skrl's ``SequentialTrainer`` on the built-in spread env; one gradient step
-per env step (the default). The first ``--warmup`` steps are run untimed.
+the total critic work quadratically). Runs skrl's ``SequentialTrainer`` on the built-in spread env; MADDPG's default
+``gradient_steps`` (2) gradient steps per env step. The first ``--warmup`` steps are run untimed.
 
 Models, one of three layouts (the table's title says which):
 

@@ -24,9 +24,11 @@ The counts do not depend on ``--device``: the dispatch mode sees the same ops on
 handled here: ``torch.optim.Adam`` left at ``foreach=None`` (skrl's) loops over the parameters on CPU (some 8 ops per
 parameter tensor) but runs about 10 ``_foreach_*`` ops for all of them on CUDA. By default (``--adam-foreach cuda``)
 such optimisers are switched to ``foreach=True`` so that a CPU count is the count of a CUDA run; ``--adam-foreach
-device`` keeps torch's choice for ``--device``. (This package's MAPPO/IPPO ask for ``foreach=True``; its MADDPG's
-two Adams per group are left at ``foreach=None`` and switched like skrl's; ``clip_grad_norm_`` uses
-``_foreach_norm`` on CPU and CUDA alike.)
+device`` keeps torch's choice for ``--device``. The same switch covers this package's per-agent gradient clip of a
+batched group, which takes a norm per gradient tensor on CPU but one norm of their concatenation elsewhere
+(:data:`skrl_marl_ext.agents.batched.NORMS_PER_TENSOR_ON`): ``cuda`` counts the latter. (This package's agents build
+their Adams fused where torch has the kernel, CPU and CUDA alike: one ``_fused_adam_`` op per step, left as it is;
+``clip_grad_norm_`` uses ``_foreach_norm`` on CPU and CUDA alike.)
 
 Procedure, per agent count and variant: build env and agent with ``bench_common``'s builders (the null env
 ``skrl_marl_ext.envs.null``, MLPs of ``skrl_marl_ext.models``, one config for both libraries), run one rollout and its
@@ -47,10 +49,10 @@ env (``skrl_marl_ext.envs.make_spread_env``; maddpg_scaling has no null env, so 
 spread agent observes ``4 + 2 * (agents - 1)`` numbers, the state is ``4 * agents``), a deterministic policy,
 target policy, Q critic and target critic per agent (``ours-per-agent``, batched; ``ours-per-agent-loop`` with
 ``batch_agent_models=False``) or one set for all (``ours-shared``), MLPs of ``--hidden`` (ReLU, the MADDPG models'
-default), replay batches of ``--batch-size`` joint transitions, one gradient step per env step from
-``--learning-starts`` on. ``--warmup-steps`` env steps run uncounted (with the default 4 and 8, the last four of them
+default), replay batches of ``--batch-size`` joint transitions, MADDPG's default ``gradient_steps`` (2) gradient
+steps per env step from ``--learning-starts`` on. ``--warmup-steps`` env steps run uncounted (with the default 4 and 8, the last four of them
 already take gradient steps, so Adam's state and the replay are allocated), then ``--steps`` env steps are counted,
-each with its gradient step; the table gives ``total / steps``. ``--rollouts``, ``--epochs`` and ``--mini-batches``
+each with its gradient steps; the table gives ``total / steps``. ``--rollouts``, ``--epochs`` and ``--mini-batches``
 do not apply.
 
 Examples (a few minutes each on 2 cores, most of it skrl and the loop variant at 64 agents)::
@@ -75,6 +77,11 @@ from skrl.trainers.torch import SequentialTrainer
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from skrl_marl_ext.trainers import PHASES, interact
+
+try:  # a version of the package before batched groups has no such module (the counts still run)
+    from skrl_marl_ext.agents import batched
+except ImportError:  # pragma: no cover
+    batched = None
 
 ALGOS = ("mappo", "ippo", "maddpg")
 VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-loop", "ours-shared")
@@ -175,10 +182,11 @@ def optimizers_of(agent) -> list[torch.optim.Optimizer]:
 
 
 def use_cuda_foreach(agent) -> int:
-    """Set ``foreach=True`` where an optimiser left it to torch (CUDA's choice); return how many were changed."""
+    """Set ``foreach=True`` where an optimiser left it to torch (CUDA's choice; a fused one is left fused); return how
+    many were changed."""
     changed = 0
     for opt in optimizers_of(agent):
-        groups = [g for g in opt.param_groups if g.get("foreach", False) is None]
+        groups = [g for g in opt.param_groups if g.get("foreach", False) is None and not g.get("fused")]
         for group in groups:
             group["foreach"] = True
         if groups:
@@ -251,7 +259,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--adam-foreach",
         default="cuda",
         choices=("cuda", "device"),
-        help="Adams left at foreach=None: run them foreach, as torch does on CUDA, or as torch picks on --device",
+        help="Adams left at foreach=None, and the per-agent clip's norms: as on CUDA, or as on --device",
     )
     parser.add_argument("--csv", default=None, metavar="PATH", help="also write one row per count to PATH")
     parser.add_argument("--by-op", action="store_true", help="top 15 ops of each variant at the most agents")
@@ -286,6 +294,8 @@ def run_counts(args) -> list[Count]:
             init_agent(agent, env, timesteps=warmup + counted)
             if args.adam_foreach == "cuda":
                 use_cuda_foreach(agent)
+                if batched is not None:
+                    batched.NORMS_PER_TENSOR_ON = frozenset()
             total, phases, ops = count_training_ops(agent, env, warmup=warmup, counted=counted)
             counts.append(Count(num_agents, variant, counted, total, phases, ops))
             del agent, env
@@ -359,13 +369,17 @@ def setting(args) -> str:
     warmup, counted = step_counts(args)
     foreach = args.adam_foreach if args.adam_foreach == "cuda" else args.device
     common = (
-        f"{counted} counted env steps after {warmup} uncounted, device {args.device}, Adam foreach as on {foreach}, "
+        f"{counted} counted env steps after {warmup} uncounted, device {args.device}, Adam foreach and clip norms as on {foreach}, "
         "views not counted"
     )
     if args.algo == "maddpg":
+        from skrl_marl_ext import MADDPG_CFG
+
+        gradient_steps = getattr(MADDPG_CFG(), "gradient_steps", 1)
         return (
             f"spread env (maddpg_scaling.py's; obs 4 + 2 x (agents - 1), state 4 x agents), maddpg, {args.num_envs} "
-            f"envs, MLP {args.hidden} relu, batch {args.batch_size}, 1 gradient step per env step from step "
+            f"envs, MLP {args.hidden} relu, batch {args.batch_size}, {gradient_steps} gradient steps per "
+            "env step from step "
             f"{args.learning_starts}, {common}; ratios to {NO_SKRL_BASELINE} (skrl has no MADDPG)"
         )
     return (

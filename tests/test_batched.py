@@ -207,10 +207,13 @@ def test_linear_weights_are_stored_in_the_gradient_layout():
         assert torch.equal(models["agent_1"]["policy"].get_parameter(name), weight[1])
 
 
+@pytest.mark.parametrize("per_tensor", [None, True, False])
 @pytest.mark.parametrize("transposed", [False, True])
-def test_clip_per_agent_slice_equals_torch_per_agent(transposed):
+def test_clip_per_agent_slice_equals_torch_per_agent(transposed, per_tensor):
     torch.manual_seed(3)
-    stacked = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True)]
+    # a weight, a bias and a scalar parameter per agent (stacked: one number per agent)
+    stacked = [torch.randn(3, 4, 5, requires_grad=True), torch.randn(3, 5, requires_grad=True), torch.randn(3)]
+    stacked[2].requires_grad_()
     if transposed:  # the layout of a batched group's linear weights (and so of their gradients)
         stacked[0] = torch.randn(3, 5, 4).transpose(1, 2).requires_grad_()
     for p in stacked:
@@ -223,7 +226,8 @@ def test_clip_per_agent_slice_equals_torch_per_agent(transposed):
             o.grad = p.grad[i].clone()
         torch.nn.utils.clip_grad_norm_(own, 0.5)
         expected.append([o.grad for o in own])
-    clip_grad_norm_per_agent_(stacked, 0.5)
+    norms = clip_grad_norm_per_agent_(stacked, 0.5, per_tensor=per_tensor)
+    assert norms.shape == (3,) and (norms > 0.5).sum() >= 2  # the clip clipped something
     for i in range(3):
         for got, want in zip((p.grad[i] for p in stacked), expected[i], strict=True):
             torch.testing.assert_close(got, want)

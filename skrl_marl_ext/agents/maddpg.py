@@ -60,7 +60,7 @@ from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent
+from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam
 from skrl_marl_ext.agents.batched import (
     AgentOptimizerView,
     StackedPreprocessor,
@@ -255,8 +255,8 @@ class MADDPG(GroupedMultiAgent):
 
         self._copy_targets(group)
         actor_lr, critic_lr = cfg["actor_learning_rate"], cfg["critic_learning_rate"]
-        group.policy_optimizer = torch.optim.Adam(group.parameters("policy"), lr=actor_lr, foreach=True)
-        group.critic_optimizer = torch.optim.Adam(group.parameters(*group.critic_roles), lr=critic_lr, foreach=True)
+        group.policy_optimizer = make_adam(group.parameters("policy"), lr=actor_lr)
+        group.critic_optimizer = make_adam(group.parameters(*group.critic_roles), lr=critic_lr)
         (actor_scheduler, critic_scheduler) = cfg["learning_rate_scheduler"]
         (actor_kwargs, critic_kwargs) = cfg["learning_rate_scheduler_kwargs"]
         if actor_scheduler:

@@ -36,7 +36,7 @@ from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent
+from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam
 from skrl_marl_ext.agents.batched import (
     AgentOptimizerView,
     StackedPreprocessor,
@@ -348,8 +348,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         if value_params:
             param_groups.append({"params": value_params, "lr": value_lr})
         group.trainable = policy_params + value_params
-        # foreach: one multi-tensor kernel per step instead of a Python loop over the parameters (CPU's default)
-        group.optimizer = torch.optim.Adam(param_groups, foreach=True)
+        group.optimizer = make_adam(param_groups)
         if cfg["learning_rate_scheduler"]:
             group.scheduler = cfg["learning_rate_scheduler"](group.optimizer, **cfg["learning_rate_scheduler_kwargs"])
 
