@@ -15,7 +15,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 import skrl_marl_ext.agents.on_policy as on_policy
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
-from skrl_marl_ext.agents.batched import AgentOptimizerView, clip_grad_norm_per_agent_
+from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_
 from skrl_marl_ext.envs import make_spread_env
 from skrl_marl_ext.models import QMLP, GaussianMLP
 
@@ -343,3 +343,33 @@ def test_models_with_other_settings_do_not_batch():
     )
     agent = make_agent(env, models=models)
     assert [(g.uids, g.batched) for g in agent.groups] == [(["agent_0", "agent_1"], True), (["agent_2"], False)]
+
+
+class _Tied(torch.nn.Module):
+    """Two linear layers sharing one weight, a submodule registered twice and a buffer: what the swap must cover."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(3, 3)
+        self.b = torch.nn.Linear(3, 3)
+        self.b.weight = self.a.weight
+        self.again = self.a
+        self.register_buffer("shift", torch.randn(3))
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.again(x))) + self.shift
+
+
+def test_call_with_gives_each_agents_own_result():
+    """``StackedModules.call_with`` inside the map gives each agent's own module's result (what ``functional_call``
+    is for), tied weights and buffers included, and puts the first module's own tensors back."""
+    torch.manual_seed(5)
+    modules = [_Tied() for _ in range(3)]
+    own = {n: t for n, t in modules[0].state_dict(keep_vars=True).items()}
+    stack = StackedModules(modules)
+    x = torch.randn(3, 4, 3)
+    got = stack.vmap(lambda state, rows: stack.call_with(state, modules[0], rows), x, in_dims=(0,))
+    for i, module in enumerate(modules):
+        torch.testing.assert_close(got[i], module(x[i]))
+    assert all(t is own[n] for n, t in modules[0].state_dict(keep_vars=True).items())
+    assert modules[0].b.weight is modules[0].a.weight
