@@ -15,6 +15,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 import skrl_marl_ext.agents.on_policy as on_policy
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
+from skrl_marl_ext.agents.base import make_adam
 from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_
 from skrl_marl_ext.envs import make_spread_env
 from skrl_marl_ext.models import QMLP, GaussianMLP
@@ -373,3 +374,24 @@ def test_call_with_gives_each_agents_own_result():
         torch.testing.assert_close(got[i], module(x[i]))
     assert all(t is own[n] for n, t in modules[0].state_dict(keep_vars=True).items())
     assert modules[0].b.weight is modules[0].a.weight
+
+
+def test_optimizer_view_loads_the_step_as_torch_does():
+    """A fused Adam keeps its step count as a float32 tensor on the parameter's device (torch's load_state_dict puts
+    it there); the per-agent view loads it the same way, whatever dtype the checkpoint holds."""
+    stacked = [torch.zeros(3, 2, requires_grad=True)]
+    optimizer = make_adam(stacked, lr=1e-3)
+    assert optimizer.param_groups[0]["fused"]
+    saved = {
+        "state": {
+            0: {"step": torch.tensor(5.0, dtype=torch.float64), "exp_avg": torch.ones(2), "exp_avg_sq": torch.ones(2)}
+        },
+        "param_groups": [dict(optimizer.param_groups[0], params=[0])],
+    }
+    AgentOptimizerView(optimizer, 1).load_state_dict(copy.deepcopy(saved))
+    alone = [torch.zeros(2, requires_grad=True)]
+    reference = make_adam(alone, lr=1e-3)
+    reference.load_state_dict(copy.deepcopy(saved))
+    step, want = optimizer.state[stacked[0]]["step"], reference.state[alone[0]]["step"]
+    assert (step.dtype, step.device, step.item()) == (want.dtype, want.device, 5.0) == (torch.float32, want.device, 5.0)
+    assert torch.equal(optimizer.state[stacked[0]]["exp_avg"][1], torch.ones(2))

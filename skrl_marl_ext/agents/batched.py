@@ -319,6 +319,9 @@ class AgentOptimizerView:
             )
         for group, saved in zip(optimizer.param_groups, groups, strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
+        on_device = {
+            id(p) for g in optimizer.param_groups if g.get("fused") or g.get("capturable") for p in g["params"]
+        }
         for key, saved in state_dict["state"].items():
             param = params[int(key)]
             state = optimizer.state[param]
@@ -327,6 +330,8 @@ class AgentOptimizerView:
                     if name not in state:
                         state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
                     state[name][self.index].copy_(value)
+                elif name == "step" and torch.is_tensor(value) and id(param) in on_device:  # as torch loads it
+                    state[name] = value.to(device=param.device, dtype=torch.float32, copy=True)
                 else:
                     state[name] = value.clone() if torch.is_tensor(value) else value
 
