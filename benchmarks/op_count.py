@@ -50,8 +50,8 @@ spread agent observes ``4 + 2 * (agents - 1)`` numbers, the state is ``4 * agent
 target policy, Q critic and target critic per agent (``ours-per-agent``, batched; ``ours-per-agent-loop`` with
 ``batch_agent_models=False``) or one set for all (``ours-shared``), MLPs of ``--hidden`` (ReLU, the MADDPG models'
 default), replay batches of ``--batch-size`` joint transitions, MADDPG's default ``gradient_steps`` (2) gradient
-steps per env step from ``--learning-starts`` on. ``--warmup-steps`` env steps run uncounted (with the default 4 and 8, the last four of them
-already take gradient steps, so Adam's state and the replay are allocated), then ``--steps`` env steps are counted,
+steps per env step from ``--learning-starts`` on. ``--warmup-steps`` env steps run uncounted (with the default 4 and
+8, the last four of them already take gradient steps, so Adam's state and the replay are allocated), then ``--steps`` env steps are counted,
 each with its gradient steps; the table gives ``total / steps``. ``--rollouts``, ``--epochs`` and ``--mini-batches``
 do not apply.
 
@@ -369,8 +369,8 @@ def setting(args) -> str:
     warmup, counted = step_counts(args)
     foreach = args.adam_foreach if args.adam_foreach == "cuda" else args.device
     common = (
-        f"{counted} counted env steps after {warmup} uncounted, device {args.device}, Adam foreach and clip norms as on {foreach}, "
-        "views not counted"
+        f"{counted} counted env steps after {warmup} uncounted, device {args.device}, Adam foreach and clip norms as on "
+        f"{foreach}, views not counted"
     )
     if args.algo == "maddpg":
         from skrl_marl_ext import MADDPG_CFG
@@ -378,9 +378,8 @@ def setting(args) -> str:
         gradient_steps = getattr(MADDPG_CFG(), "gradient_steps", 1)
         return (
             f"spread env (maddpg_scaling.py's; obs 4 + 2 x (agents - 1), state 4 x agents), maddpg, {args.num_envs} "
-            f"envs, MLP {args.hidden} relu, batch {args.batch_size}, {gradient_steps} gradient steps per "
-            "env step from step "
-            f"{args.learning_starts}, {common}; ratios to {NO_SKRL_BASELINE} (skrl has no MADDPG)"
+            f"envs, MLP {args.hidden} relu, batch {args.batch_size}, {gradient_steps} gradient steps per env step from "
+            f"step {args.learning_starts}, {common}; ratios to {NO_SKRL_BASELINE} (skrl has no MADDPG)"
         )
     return (
         f"null env (obs {args.obs_size}, state {args.obs_size} x agents), {args.algo}, {args.num_envs} envs, MLP "

@@ -395,3 +395,26 @@ def test_optimizer_view_loads_the_step_as_torch_does():
     step, want = optimizer.state[stacked[0]]["step"], reference.state[alone[0]]["step"]
     assert (step.dtype, step.device, step.item()) == (want.dtype, want.device, 5.0) == (torch.float32, want.device, 5.0)
     assert torch.equal(optimizer.state[stacked[0]]["exp_avg"][1], torch.ones(2))
+
+
+def test_agents_step_with_a_fused_adam_on_cpu():
+    """MAPPO, IPPO and MADDPG build their optimisers through ``make_adam``: fused on a CPU (torch >= 2.4), batched
+    groups and the per-agent loop alike, and a training step runs through the fused kernel."""
+    env = make_spread_env(num_envs=4, num_agents=3)
+    agents = [
+        make_agent(env, "mappo", cfg={"rollouts": ROLLOUTS}),
+        make_agent(env, "ippo", cfg={"batch_agent_models": False}),
+        make_maddpg(env, models=make_maddpg_models(env)),
+    ]
+    for agent in agents:
+        optimizers = [
+            getattr(g, n)
+            for g in agent.groups
+            for n in ("optimizer", "policy_optimizer", "critic_optimizer")
+            if getattr(g, n, None) is not None
+        ]
+        assert optimizers and all(g["fused"] and not g["foreach"] for o in optimizers for g in o.param_groups)
+    mappo = agents[0]
+    before = [params(m) for m in mappo.groups[0].unique_models()]
+    drive(mappo, env, ROLLOUTS)
+    assert max_difference([params(m) for m in mappo.groups[0].unique_models()], before) > 0
