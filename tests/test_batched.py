@@ -418,3 +418,48 @@ def test_agents_step_with_a_fused_adam_on_cpu():
     before = [params(m) for m in mappo.groups[0].unique_models()]
     drive(mappo, env, ROLLOUTS)
     assert max_difference([params(m) for m in mappo.groups[0].unique_models()], before) > 0
+
+
+def test_roles_of_a_step_run_in_one_map(monkeypatch):
+    """A batched group runs its policy and value (MAPPO's act and each mini-batch) and MADDPG's twin critics and twin
+    target critics through one ``act_together`` call each, that is one ``torch.vmap``, with the results of separate
+    calls to the bit (sampling included: the mixins draw in call order)."""
+    import skrl_marl_ext.agents.batched as batched_module
+    import skrl_marl_ext.agents.groups as groups_module
+
+    calls, maps = [], []
+    together, vmap = batched_module.act_together, torch.vmap
+
+    def recorded(roles_calls):
+        calls.append(tuple(role for _, _, role in roles_calls))
+        return together(roles_calls)
+
+    monkeypatch.setattr(groups_module, "act_together", recorded)
+    monkeypatch.setattr(batched_module, "act_together", recorded)  # StackedModel.act's
+    monkeypatch.setattr(batched_module.torch, "vmap", lambda *a, **k: maps.append(1) or vmap(*a, **k))
+    env = make_spread_env(num_envs=4, num_agents=3)
+    agent = make_agent(env, "mappo", cfg={"rollouts": 2, "learning_epochs": 1, "mini_batches": 2})
+    drive(agent, env, 2)  # 2 acts, the bootstrap, 2 mini-batches
+    both = ("policy", "value")
+    assert calls == [both, both, ("value",), both, both]
+    assert len(maps) == len(calls)  # one map per call
+
+    (group,) = agent.groups
+    rows = torch.randn(3 * 4, env.observation_space("agent_0").shape[0])
+    state = env.state()["agent_0"]
+    inputs = {"observations": rows, "states": state.expand(3, *state.shape)}
+    pairs = [(group.stacked["policy"], inputs, "policy"), (group.stacked["value"], inputs, "value")]
+    torch.manual_seed(3)
+    joint = together(pairs)
+    torch.manual_seed(3)
+    separate = [model.act(inputs, role=role) for model, inputs, role in pairs]
+    for (a, a_out), (b, b_out) in zip(joint, separate, strict=True):
+        assert torch.equal(a, b)
+        assert a_out.keys() == b_out.keys() and all(torch.equal(a_out[k], b_out[k]) for k in a_out)
+    assert "log_prob" in joint[0][1]
+
+    maddpg = make_maddpg(env, models=make_maddpg_models(env, twin=True), cfg={"batch_size": 8})
+    calls.clear()
+    drive(maddpg, env, 6)
+    assert ("critic", "critic_2") in calls and ("target_critic", "target_critic_2") in calls
+    assert not {("critic_2",), ("target_critic_2",)} & set(calls)

@@ -23,7 +23,7 @@ import gymnasium
 import torch
 from skrl.models.torch import Model
 
-from skrl_marl_ext.agents.batched import StackedModel, stack_signature
+from skrl_marl_ext.agents.batched import StackedModel, act_together, stack_signature
 from skrl_marl_ext.agents.config import MarlCfg
 from skrl_marl_ext.preprocessors import identity
 
@@ -88,6 +88,13 @@ class AgentGroup:
         if self.stacked:
             return self.stacked[role].act(inputs, role=role)
         return self.models[role].act(inputs, role=role)
+
+    def act_many(self, *calls: tuple[str, dict[str, Any]]) -> list[tuple[torch.Tensor, dict[str, Any]]]:
+        """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one
+        vmapped call (:func:`~skrl_marl_ext.agents.batched.act_together`), the others call their models in turn."""
+        if self.stacked:
+            return act_together([(self.stacked[role], inputs, role) for role, inputs in calls])
+        return [self.models[role].act(inputs, role=role) for role, inputs in calls]
 
     def parameters(self, *roles: str) -> list[torch.nn.Parameter]:
         """The parameters of the models of ``roles`` (all roles when none), each once; of a batched group the

@@ -728,9 +728,10 @@ class MADDPG(GroupedMultiAgent):
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             with torch.no_grad():
                 next_inputs = {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
-                next_q, _ = group.act("target_critic", next_inputs)
-                if group.twin:
-                    next_q = torch.minimum(next_q, group.act("target_critic_2", next_inputs)[0])
+                # the (twin) target critics in one call for a batched group, as the critics below
+                roles = [f"target_{role}" for role in group.critic_roles]
+                next_qs = [q for q, _ in group.act_many(*((role, next_inputs) for role in roles))]
+                next_q = torch.minimum(*next_qs) if group.twin else next_qs[0]
                 target = td_target(
                     rewards=self._per_agent(group, batch, "rewards"),
                     next_q_values=next_q.float().view(G, B, 1),
@@ -738,13 +739,12 @@ class MADDPG(GroupedMultiAgent):
                     discount_factor=cfg["discount_factor"],
                 )
             inputs = {"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)}
-            q, _ = group.act("critic", inputs)
-            q = q.float().view(G, B, 1)
+            qs = [q for q, _ in group.act_many(*((role, inputs) for role in group.critic_roles))]
+            q = qs[0].float().view(G, B, 1)
             error = (q - target) ** 2
             loss = self._group_mean(group, error, mask)
             if group.twin:
-                q_2, _ = group.act("critic_2", inputs)
-                loss = loss + self._group_mean(group, (q_2.float().view(G, B, 1) - target) ** 2, mask)
+                loss = loss + self._group_mean(group, (qs[1].float().view(G, B, 1) - target) ** 2, mask)
         return loss, {"q": q.detach(), "target": target, "error": error.detach(), "mask": mask}
 
     def _actor_joint(self, group: MADDPGGroup, joint_taken: torch.Tensor, own: torch.Tensor) -> torch.Tensor:

@@ -453,9 +453,13 @@ class OnPolicyAgent(GroupedMultiAgent):
         rnn = rec.inputs if rec is not None else lambda role: {}
         with self._autocast():
             policy_inputs = {**self._policy_inputs(obs, st, action_mask), **rnn("policy")}
-            group_actions, group_outputs = group.act("policy", policy_inputs)
-            if self.training:
-                values, value_outputs = group.act("value", {**self._value_inputs(obs, st), **rnn("value")})
+            if self.training:  # one call of both networks for a batched group
+                value_inputs = {**self._value_inputs(obs, st), **rnn("value")}
+                (group_actions, group_outputs), (values, value_outputs) = group.act_many(
+                    ("policy", policy_inputs), ("value", value_inputs)
+                )
+            else:
+                group_actions, group_outputs = group.act("policy", policy_inputs)
         hidden = next_hidden = None
         if rec is not None:  # the hidden states move on in record_transition, after the env's answer
             hidden = dict(rec.current)
@@ -829,7 +833,10 @@ class OnPolicyAgent(GroupedMultiAgent):
             inputs = self._policy_inputs(obs_rows, state_rows, rows(batch["action_mask"]))
             inputs["taken_actions"] = rows(batch["actions"])
             inputs.update(rnn("policy"))
-            _, outputs = group.act("policy", inputs)
+            value_inputs = {**self._value_inputs(obs_rows, state_rows), **rnn("value")}
+            # both networks before the loss (one vmapped call for a batched group); the value's output is unused when
+            # the KL stops the epoch (the loop only: a batched group has no kl_threshold)
+            (_, outputs), (predicted, _) = group.act_many(("policy", inputs), ("value", value_inputs))
             log_prob = outputs["log_prob"].float().view(G, B, 1)
             with torch.no_grad():
                 group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), m)
@@ -839,7 +846,6 @@ class OnPolicyAgent(GroupedMultiAgent):
             entropy = None
             if cfg["entropy_loss_scale"]:  # skipped when off (skrl's default): no entropy in the graph
                 entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
-            predicted, _ = group.act("value", {**self._value_inputs(obs_rows, state_rows), **rnn("value")})
             terms = ppo_loss(
                 log_prob=log_prob,
                 old_log_prob=batch["log_prob"],
