@@ -463,3 +463,35 @@ def test_roles_of_a_step_run_in_one_map(monkeypatch):
     drive(maddpg, env, 6)
     assert ("critic", "critic_2") in calls and ("target_critic", "target_critic_2") in calls
     assert not {("critic_2",), ("target_critic_2",)} & set(calls)
+
+
+def test_adam_steps_transposed_weights_through_contiguous_views(monkeypatch):
+    """A batched group's linear weights are stored transposed; ``make_adam``'s Adam hands the fused kernel their
+    contiguous transposes (torch's kernel runs twice as long on the strided layout) and makes torch's update to the
+    bit, state kept in the parameter's own shape and layout."""
+    torch.manual_seed(6)
+    stacked = StackedModules([torch.nn.Linear(3, 4) for _ in range(2)])
+    weight = stacked.params["weight"]
+    assert not weight.is_contiguous() and weight.mT.is_contiguous()
+    reference = [p.detach().clone().contiguous().requires_grad_() for p in stacked.parameters()]
+    contiguous = []
+    fused = torch._fused_adam_
+
+    def spy(params, *args, **kwargs):
+        contiguous.extend(p.is_contiguous() for p in params)
+        return fused(params, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "_fused_adam_", spy)
+    ours = make_adam(stacked.parameters(), lr=0.1)
+    theirs = torch.optim.Adam(reference, lr=0.1, fused=True)
+    for _ in range(3):
+        for p, r in zip(stacked.parameters(), reference, strict=True):
+            r.grad = torch.randn_like(r)
+            p.grad = torch.empty_like(p).copy_(r.grad)  # the gradient in the parameter's layout, as autograd makes it
+        ours.step()
+        theirs.step()
+    assert contiguous and all(contiguous)
+    for p, r in zip(stacked.parameters(), reference, strict=True):
+        assert torch.equal(p, r)
+        assert torch.equal(ours.state[p]["exp_avg_sq"], theirs.state[r]["exp_avg_sq"])
+    assert ours.state[weight]["exp_avg"].stride() == weight.stride()

@@ -62,9 +62,27 @@ def make_grad_scaler(device_type: str, enabled: bool):
     return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - old torch
 
 
+class Adam(torch.optim.Adam):
+    """``torch.optim.Adam`` that steps a parameter stored transposed (a batched group's linear weights: ``(G, out,
+    in)`` held as ``(G, in, out)`` in memory, see :func:`~skrl_marl_ext.agents.batched.StackedModules`) through its
+    contiguous transpose, with its gradient and moments: the same elementwise update, but torch's fused CPU kernel
+    runs twice as long on the strided tensors (730 against 368 us per step for 16 MAPPO agents' stacked parameters).
+    Its state and checkpoints are torch's Adam's, tensor for tensor."""
+
+    def _init_group(self, group, params, *lists):
+        result = super()._init_group(group, params, *lists)  # fills the lists: grads, moments, steps
+        for i, param in enumerate(params):
+            if param.dim() >= 2 and not param.is_contiguous() and param.mT.is_contiguous():
+                params[i] = param.mT
+                for tensors in lists:  # the same index of every list (none when empty, e.g. without amsgrad)
+                    if len(tensors) == len(params) and tensors[i].dim() >= 2:
+                        tensors[i] = tensors[i].mT
+        return result
+
+
 def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
-    """``torch.optim.Adam(params, **kwargs)``, fused where torch has the fused kernel for every parameter's device
-    (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
+    """:class:`Adam` (``torch.optim.Adam(params, **kwargs)``), fused where torch has the fused kernel for every
+    parameter's device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
 
     The same update as skrl's ``torch.optim.Adam(params, lr=...)`` up to float rounding, in fewer passes over memory:
     the fused kernel reads and writes each parameter, gradient and moment once per step, where ``foreach`` runs some
@@ -76,7 +94,7 @@ def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
     if version.parse(torch.__version__) < version.parse("2.4"):
         supported = [d for d in supported if d != "cpu"]  # pragma: no cover - old torch: no CPU kernel
     fused = all(p.device.type in supported and p.dtype.is_floating_point for p in tensors)
-    return torch.optim.Adam(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
+    return Adam(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
 
 
 def allowed_somewhere(mask: torch.Tensor) -> torch.Tensor:
@@ -484,4 +502,4 @@ class GroupedMultiAgent(MultiAgent):
         return torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision)
 
 
-__all__ = ["AGENT_MASK_KEY", "GroupedMultiAgent", "allowed_somewhere", "make_adam", "make_grad_scaler"]
+__all__ = ["AGENT_MASK_KEY", "Adam", "GroupedMultiAgent", "allowed_somewhere", "make_adam", "make_grad_scaler"]
