@@ -12,6 +12,9 @@ Models, one of three layouts (the table's title says which):
 - ``--loop``: the same per-agent models with ``batch_agent_models=False``, the per-agent loop (one call per agent);
 - ``--shared``: one set of models shared by all agents (one group; ``batch_agent_models`` does not apply).
 
+``--twin`` adds the second critic and target critic (TD3's clipped double Q, what ``skrl-marl train --algo maddpg``
+builds by default); without it each agent has one critic.
+
 :func:`make_maddpg` builds the env and agent (``benchmarks/op_count.py --algo maddpg`` counts its ops).
 
 Example (the table in BENCHMARKS.md; add ``--loop`` or ``--shared`` for the other layouts)::
@@ -42,6 +45,7 @@ def make_maddpg(
     batch_size: int = 256,
     shared: bool = False,
     loop: bool = False,
+    twin: bool = False,
     device: str = "cpu",
     cfg: dict | None = None,
 ):
@@ -49,6 +53,7 @@ def make_maddpg(
 
     :param shared: One set of models for all agents; otherwise four models per agent.
     :param loop: Per-agent models run one agent after the other (``batch_agent_models=False``), not batched.
+    :param twin: Twin critics (``critic_2`` and ``target_critic_2``) besides the first.
     :param cfg: More MADDPG config fields (e.g. ``learning_starts``).
     """
     torch.manual_seed(0)
@@ -64,7 +69,10 @@ def make_maddpg(
         def critic():
             return QMLP(state_space=env.state_space(uid), action_space=joint, hidden_sizes=hidden)
 
-        return {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+        roles = {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
+        if twin:
+            roles.update(critic_2=critic(), target_critic_2=critic())
+        return roles
 
     shared_models = models(env.possible_agents[0]) if shared else None
     quiet = {"experiment": {"write_interval": 0, "checkpoint_interval": 0}}
@@ -81,11 +89,14 @@ def make_maddpg(
     return agent, env
 
 
-def layout(*, shared: bool, loop: bool) -> str:
+def layout(*, shared: bool, loop: bool, twin: bool = False) -> str:
     """The models' layout in words."""
+    critics = ", twin critics" if twin else ""
     if shared:
-        return "shared models"
-    return "per-agent models, " + ("loop (batch_agent_models=False)" if loop else "batched (batch_agent_models=True)")
+        return "shared models" + critics
+    return (
+        "per-agent models, " + ("loop (batch_agent_models=False)" if loop else "batched (batch_agent_models=True)")
+    ) + critics
 
 
 def run(num_agents: int, args) -> tuple[float, float]:
@@ -98,6 +109,7 @@ def run(num_agents: int, args) -> tuple[float, float]:
         batch_size=args.batch_size,
         shared=args.shared,
         loop=args.loop,
+        twin=args.twin,
         device=args.device,
     )
     step_times: list[float] = []
@@ -136,6 +148,7 @@ def main() -> None:
     parser.add_argument(
         "--loop", action="store_true", help="per-agent models one agent after the other (batch_agent_models=False)"
     )
+    parser.add_argument("--twin", action="store_true", help="twin critics (critic_2, target_critic_2)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     args = parser.parse_args()
@@ -146,7 +159,7 @@ def main() -> None:
 
     print(
         f"MADDPG, spread env, {args.num_envs} envs, MLP {args.hidden}, batch {args.batch_size}, "
-        f"{layout(shared=args.shared, loop=args.loop)}, {args.device}, {torch.get_num_threads()} threads"
+        f"{layout(shared=args.shared, loop=args.loop, twin=args.twin)}, {args.device}, {torch.get_num_threads()} threads"
     )
     print("| agents | frames/s | ms per gradient step |")
     print("|---|---|---|")

@@ -4,7 +4,8 @@
 model role is one :class:`StackedModel`, whose parameters are the ``G`` agents' parameters stacked into ``(G, ...)``
 leaf tensors, and one call of it runs all ``G`` agents (``torch.vmap`` of the first model's ``compute`` with one
 agent's parameters swapped in, as ``torch.func.functional_call`` does). The number of tensor operations per call, and
-so the kernel launches on a GPU, does not grow with ``G``.
+so the kernel launches on a GPU, does not grow with ``G``. Roles that a step calls together (a PPO step's policy and
+value, MADDPG's twin critics) run in one map (:func:`act_together`).
 
 The user's skrl models stay the source of truth: after stacking, each model's parameters and buffers are *views* of
 its slice of the stacked tensors, so an optimiser step on the stacked tensors is seen by the models at once, a

@@ -163,8 +163,8 @@ class MADDPG_CFG(MarlCfg):
 
     batch_agent_models: bool = True
     """*New.* Run agents that have models of their own as one batch (``torch.func``: each role's parameters stacked,
-    one vmapped call per role, e.g. the ``N`` critics and the ``N`` target critics on the same joint rows as one call
-    each) instead of one agent after the other. Each agent keeps its own losses, gradient clipping, statistics and
+    one vmapped call per role, e.g. the ``N`` critics on the same joint rows as one call, twin critics and twin target
+    critics one call per pair) instead of one agent after the other. Each agent keeps its own losses, gradient clipping, statistics and
     checkpoint entries, so training is the per-agent loop's to float rounding. Agents batch where, role by role, their
     models have the same class and parameter shapes and a model serves one role, their spaces and per-agent config
     agree and the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or none).

@@ -153,7 +153,7 @@ class OnPolicyCfg(MarlCfg):
 
     batch_agent_models: bool = True
     """*New.* Run agents that have models of their own as one batch (``torch.func``: their parameters stacked, one
-    vmapped call per model role, one optimiser step) instead of one agent after the other, as skrl does. Each agent
+    vmapped call per model role, the policy and value of a step in one, one optimiser step) instead of one agent after the other, as skrl does. Each agent
     keeps its own loss, statistics, gradient clipping and checkpoint entries, so training is the per-agent loop's
     (to float rounding; the mini-batches of one update share their sample order). Agents batch where, role by role,
     their models have the same class and parameter shapes and a model serves one role, their spaces and per-agent
