@@ -66,8 +66,8 @@ class Adam(torch.optim.Adam):
     """``torch.optim.Adam`` that steps a parameter stored transposed (a batched group's linear weights: ``(G, out,
     in)`` held as ``(G, in, out)`` in memory, see :func:`~skrl_marl_ext.agents.batched.StackedModules`) through its
     contiguous transpose, with its gradient and moments: the same elementwise update, but torch's fused CPU kernel
-    runs twice as long on the strided tensors (730 against 368 us per step for 16 MAPPO agents' stacked parameters).
-    Its state and checkpoints are torch's Adam's, tensor for tensor."""
+    runs twice as long on the strided tensors (711-730 against 368-374 us per step for 16 MAPPO agents' stacked
+    parameters). Its state and checkpoints are torch's Adam's, tensor for tensor."""
 
     def _init_group(self, group, params, *lists):
         result = super()._init_group(group, params, *lists)  # fills the lists: grads, moments, steps

@@ -164,12 +164,12 @@ class MADDPG_CFG(MarlCfg):
     batch_agent_models: bool = True
     """*New.* Run agents that have models of their own as one batch (``torch.func``: each role's parameters stacked,
     one vmapped call per role, e.g. the ``N`` critics on the same joint rows as one call, twin critics and twin target
-    critics one call per pair) instead of one agent after the other. Each agent keeps its own losses, gradient clipping, statistics and
-    checkpoint entries, so training is the per-agent loop's to float rounding. Agents batch where, role by role, their
-    models have the same class and parameter shapes and a model serves one role, their spaces and per-agent config
-    agree and the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or none).
-    Gradients then reach the stacked tensors, not the models' own parameters (hooks registered on those see none).
-    Off: the per-agent loop."""
+    critics one call per pair) instead of one agent after the other. Each agent keeps its own losses, gradient
+    clipping, statistics and checkpoint entries, so training is the per-agent loop's to float rounding. Agents batch
+    where, role by role, their models have the same class and parameter shapes and a model serves one role, their
+    spaces and per-agent config agree and the preprocessors are skrl's ``RunningStandardScaler`` or
+    :class:`~skrl_marl_ext.ValueNorm` (or none). Gradients then reach the stacked tensors, not the models' own
+    parameters (hooks registered on those see none). Off: the per-agent loop."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
