@@ -85,9 +85,7 @@ class AgentGroup:
 
     def act(self, role: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """Call the model of ``role`` on the group's stacked rows ``(G * n, ...)`` (skrl's ``Model.act``)."""
-        if self.stacked:
-            return self.stacked[role].act(inputs, role=role)
-        return self.models[role].act(inputs, role=role)
+        return self.act_many((role, inputs))[0]
 
     def act_many(self, *calls: tuple[str, dict[str, Any]]) -> list[tuple[torch.Tensor, dict[str, Any]]]:
         """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one

@@ -153,11 +153,11 @@ class OnPolicyCfg(MarlCfg):
 
     batch_agent_models: bool = True
     """*New.* Run agents that have models of their own as one batch (``torch.func``: their parameters stacked, one
-    vmapped call per model role, the policy and value of a step in one, one optimiser step) instead of one agent after the other, as skrl does. Each agent
-    keeps its own loss, statistics, gradient clipping and checkpoint entries, so training is the per-agent loop's
-    (to float rounding; the mini-batches of one update share their sample order). Agents batch where, role by role,
-    their models have the same class and parameter shapes and a model serves one role, their spaces and per-agent
-    config agree, the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or
+    vmapped call per model role, the policy and value of a step in one, one optimiser step) instead of one agent
+    after the other, as skrl does. Each agent keeps its own loss, statistics, gradient clipping and checkpoint
+    entries, so training is the per-agent loop's (to float rounding; the mini-batches of one update share their
+    sample order). Agents batch where, role by role, their models have the same class and parameter shapes and a
+    model serves one role, their spaces and per-agent config agree, the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or
     none), and neither ``KLAdaptiveLR`` nor ``kl_threshold`` adapts the update to each agent's own KL (those keep the
     per-agent loop). Gradients then reach the stacked tensors, not the models' own parameters (hooks registered on
     those see none). Off: the per-agent loop, which can be faster for a few agents with large models on a CPU (VMAS
