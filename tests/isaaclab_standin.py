@@ -24,7 +24,8 @@ import torch
 
 TASKS: dict[str, dict[str, Any]] = {
     # isaac-sim/IsaacLab source/isaaclab_tasks/isaaclab_tasks/direct/shadow_hand_over/shadow_hand_over_env_cfg.py,
-    # ShadowHandOverEnvCfg: possible_agents, action_spaces (20 each), observation_spaces (157 each), state_space = 290
+    # ShadowHandOverEnvCfg: possible_agents, action_spaces (20 each), observation_spaces (157 each), state_space = 290;
+    # Isaac Lab 3.0.0's isaaclab_tasks/core/handover/handover_env_cfg.py, HandoverEnvCfg, has the same agents and sizes
     "shadow_hand_over": {
         "possible_agents": ["right_hand", "left_hand"],
         "observation_sizes": {"right_hand": 157, "left_hand": 157},
@@ -34,6 +35,14 @@ TASKS: dict[str, dict[str, Any]] = {
     # isaac-sim/IsaacLab .../direct/cart_double_pendulum/cart_double_pendulum_env_cfg.py, CartDoublePendulumEnvCfg:
     # action_spaces {cart: 1, pendulum: 1}, observation_spaces {cart: 4, pendulum: 3}, state_space = -1 (4 + 3 = 7)
     "cart_double_pendulum": {
+        "possible_agents": ["cart", "pendulum"],
+        "observation_sizes": {"cart": 4, "pendulum": 3},
+        "action_sizes": {"cart": 1, "pendulum": 1},
+        "state_size": -1,
+    },
+    # Isaac Lab 3.0.0 isaaclab_tasks/core/pendulum/pendulum_marl_env_cfg.py, PendulumMARLEnvCfg (Isaac-Pendulum-MARL-Direct):
+    # action_spaces {cart: 1, pendulum: 1}, observation_spaces {cart: 4, pendulum: 3}, state_space = -1 (4 + 3 = 7)
+    "pendulum_marl": {
         "possible_agents": ["cart", "pendulum"],
         "observation_sizes": {"cart": 4, "pendulum": 3},
         "action_sizes": {"cart": 1, "pendulum": 1},
