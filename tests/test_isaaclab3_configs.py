@@ -104,8 +104,7 @@ def test_typed_config_builds_the_agent_its_yaml_file_builds(task, algo, tmp_path
 @pytest.mark.parametrize("algo", ["mappo", "ippo"])
 def test_fixed_log_std_of_a_typed_config_stays_fixed(algo, tmp_path):
     # SkrlGaussianModelCfg.fixed_log_std reaches skrl's instantiators through our Runner as through skrl's; the log
-    # std stays put through training (handover: equal spaces, so MAPPO's separate models run as one stacked batch and
-    # IPPO's shared policy/value is one module)
+    # std stays put through training, in MAPPO's separate policy and in IPPO's shared policy/value module
     env = _env("handover")
     cfg = _cfg("handover", algo, "_cfgclass", tmp_path, updates=1, learning_epochs=1)
     cfg["models"]["policy"].update(fixed_log_std=True, initial_log_std=-0.5)
