@@ -6,9 +6,9 @@
 - ``<task>_<algo>.yaml``: Isaac Lab 3.0.0's YAML files, verbatim. The pendulum's ``skrl_marl_ppo_cfg.yaml`` is left
   out: it is single-agent PPO (``agent: class: PPO``, trained on the task converted to one agent).
 - ``<task>_<algo>_cfgclass.yaml``: the dict ``to_runner_dict()`` returns for the typed configs (``SkrlMAPPORunnerCfg``,
-  ``SkrlIPPORunnerCfg``, ...) that replace those files after 3.0.0: skrl 2.x key names (``gae_lambda``, no
-  ``clip_predicted_values``), ``*_kwargs: null``, ``experiment``/``memory``/``trainer`` fields at their defaults and the
-  Gaussian model fields ``clip_mean_actions``, ``fixed_log_std``, ``reduction``.
+  ``SkrlIPPORunnerCfg``, ...) that replace those files in Isaac Lab's repository (not in the 3.0.0 release): skrl 2.x
+  key names (``gae_lambda``, no ``clip_predicted_values``), ``*_kwargs: null``, ``experiment``/``memory``/``trainer``
+  fields at their defaults and the Gaussian model fields ``clip_mean_actions``, ``fixed_log_std``, ``reduction``.
 
 The env is :class:`isaaclab_standin.DirectMARLEnvStandIn` with each task's agents and sizes, wrapped by skrl's Isaac Lab
 multi-agent wrapper. Only what keeps a run short is overridden: two rollouts of training, no TensorBoard/checkpoints
