@@ -115,10 +115,6 @@ def read_checkpoint(path: str | os.PathLike, *, map_location: Any = None, owner:
         ) from None
 
 
-def _is_state_dict(value: Any) -> bool:
-    return isinstance(value, dict)
-
-
 def check_layout(modules: Any, path: str | os.PathLike, *, owner: str) -> dict[str, dict[str, dict]]:
     """Check that an unpickled checkpoint is a multi-agent one, ``{agent: {module: state_dict}}``.
 
@@ -141,7 +137,7 @@ def check_layout(modules: Any, path: str | os.PathLike, *, owner: str) -> dict[s
             f"{owner}: {path} holds one state dict of {len(names)} tensors ({shown}), not {layout}; a model's "
             "weights load with model.load_state_dict"
         )
-    bad = [k for k, v in modules.items() if not (isinstance(v, dict) and all(_is_state_dict(s) for s in v.values()))]
+    bad = [k for k, v in modules.items() if not (isinstance(v, dict) and all(isinstance(s, dict) for s in v.values()))]
     if bad:
         names = sorted(str(k) for k in modules)
         if all(_MODULE_NAME.match(str(k)) for k in modules):
@@ -149,10 +145,14 @@ def check_layout(modules: Any, path: str | os.PathLike, *, owner: str) -> dict[s
                 f"{owner}: {path} is a single-agent checkpoint (modules {names}), not {layout}; load it into a "
                 "single-agent skrl agent, or its models into the multi-agent's with model.load_state_dict"
             )
-        key = bad[0]
+        key, entry = bad[0], modules[bad[0]]
+        if isinstance(entry, dict):
+            inner = next(k for k, v in entry.items() if not isinstance(v, dict))
+            what = f"a value of type {type(entry[inner]).__name__} under {inner!r}"
+        else:
+            what = f"a value of type {type(entry).__name__}"
         raise ValueError(
-            f"{owner}: {path} holds {type(modules[key]).__name__} entries under {key!r} where {layout} holds a "
-            "dict of state dicts"
+            f"{owner}: {path}: entry {key!r} holds {what} where {layout} has a dict of state dicts (one per module)"
         )
     return modules
 
