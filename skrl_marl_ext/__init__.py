@@ -21,6 +21,7 @@ _EXPORTS = {
     "MAPPO": "skrl_marl_ext.agents",
     "MAPPO_CFG": "skrl_marl_ext.agents",
     "ValueNorm": "skrl_marl_ext.preprocessors",
+    "export_for_skrl": "skrl_marl_ext.export",
     "joint_action_space": "skrl_marl_ext.models.maddpg_models",
 }
 """Exported name -> module it is imported from on first use."""
@@ -35,11 +36,13 @@ __all__ = [
     "MAPPO_CFG",
     "ValueNorm",
     "__version__",
+    "export_for_skrl",
     "joint_action_space",
 ]
 
 if TYPE_CHECKING:
     from skrl_marl_ext.agents import IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
+    from skrl_marl_ext.export import export_for_skrl
     from skrl_marl_ext.keys import AGENT_MASK_KEY
     from skrl_marl_ext.models.maddpg_models import joint_action_space
     from skrl_marl_ext.preprocessors import ValueNorm

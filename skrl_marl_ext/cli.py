@@ -711,12 +711,36 @@ def _add_eval_parser(commands) -> None:
     )
 
 
+def export(args: argparse.Namespace) -> str:
+    """``skrl-marl export``: write the models and preprocessors of a checkpoint for skrl's MAPPO/IPPO to play
+    (:func:`skrl_marl_ext.export.export_for_skrl`); prints one line saying what it leaves out."""
+    from skrl_marl_ext.export import export_for_skrl
+
+    try:
+        left_out = export_for_skrl(args.checkpoint, args.out)
+    except (OSError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    line = f"skrl-marl: wrote {args.out} for skrl's MAPPO/IPPO load(); {left_out}"
+    print(line)
+    return line
+
+
+def _add_export_parser(commands) -> None:
+    x = commands.add_parser(
+        "export", help="write a checkpoint's models and preprocessors as a file skrl's MAPPO/IPPO load() reads"
+    )
+    x.add_argument("checkpoint", help="checkpoint written by MAPPO, IPPO or MADDPG (a .pt file; required)")
+    x.add_argument("--out", required=True, help="the file to write (required, no default)")
+    x.set_defaults(threads=0)
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``skrl-marl`` parser; every option's help states its default."""
     parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(commands)
     _add_eval_parser(commands)
+    _add_export_parser(commands)
     return parser
 
 
@@ -747,6 +771,8 @@ def main(argv: list[str] | None = None) -> int:
         created = _setup_torchrun(args)
         if args.command == "train":
             train(args)
+        elif args.command == "export":
+            export(args)
         else:
             evaluate(args)
         finished = True

@@ -178,7 +178,7 @@ def test_checkpoints_keep_the_per_agent_layout(tmp_path):
 
 def test_optimizer_view_refuses_other_parameter_groups():
     env = make_spread_env(num_envs=2, num_agents=2)
-    agent = make_agent(env)
+    agent = make_agent(env, cfg={"learning_rate": (1e-3, 5e-4)})  # two parameter groups in the state dict
     view = AgentOptimizerView(agent.groups[0].optimizer, 0)
     state = view.state_dict()
     state["param_groups"] = state["param_groups"][:1]

@@ -31,6 +31,7 @@ import torch
 from skrl.models.torch import Model
 from torch import nn
 
+from skrl_marl_ext.agents.checkpoint import fit_optimizer_state, optimizer_file_state
 from skrl_marl_ext.preprocessors import ValueNorm, fold_sums_, per_agent_sums, update_statistics
 
 
@@ -322,8 +323,9 @@ def clip_grad_norm_per_agent_(
 
 class AgentOptimizerView:
     """Agent ``index``'s part of a batched group's optimiser, with the state dict of the optimiser that agent would
-    have on its own (``torch.optim`` layout: the same parameter groups, each tensor of the state sliced at
-    ``index``), so that checkpoints keep the per-agent layout and load into either form."""
+    have on its own (each tensor of the state sliced at ``index``), so that checkpoints keep the per-agent layout and
+    load into either form. It is written in skrl's layout where it can be (one parameter group, see
+    :func:`~skrl_marl_ext.agents.checkpoint.optimizer_file_state`) and loads from either layout."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, index: int) -> None:
         self.optimizer, self.index = optimizer, index
@@ -335,24 +337,25 @@ class AgentOptimizerView:
     def state_dict(self) -> dict[str, Any]:
         full = self.optimizer.state_dict()
         state = {k: {name: self._slice(v) for name, v in s.items()} for k, s in full["state"].items()}
-        return {"state": state, "param_groups": full["param_groups"]}
+        return optimizer_file_state({"state": state, "param_groups": full["param_groups"]})
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         optimizer = self.optimizer
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        groups = state_dict["param_groups"]
-        if [len(g["params"]) for g in groups] != [len(g["params"]) for g in optimizer.param_groups]:
-            raise ValueError(
-                "the checkpoint's optimizer has other parameter groups than this agent's (a checkpoint of other models?)"
-            )
+        groups = fit_optimizer_state(state_dict, optimizer)["param_groups"]
         for group, saved in zip(optimizer.param_groups, groups, strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
+        # the file's parameter ids -> this optimiser's parameters, group by group (as torch maps them)
+        params = {
+            key: param
+            for group, saved in zip(optimizer.param_groups, groups, strict=True)
+            for key, param in zip(saved["params"], group["params"], strict=True)
+        }
         on_device = {
             id(p) for g in optimizer.param_groups if g.get("fused") or g.get("capturable") for p in g["params"]
         }
         for key, saved in state_dict["state"].items():
-            param = params[int(key)]
+            param = params[key]
             state = optimizer.state[param]
             for name, value in saved.items():
                 if torch.is_tensor(value) and value.dim() > 0:

@@ -44,6 +44,7 @@ from skrl_marl_ext.agents.batched import (
     stackable_preprocessor,
     update_preprocessor,
 )
+from skrl_marl_ext.agents.checkpoint import OptimizerCheckpoint
 from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
 from skrl_marl_ext.agents.recurrent import (
@@ -297,7 +298,8 @@ class OnPolicyAgent(GroupedMultiAgent):
             for model, mode in modes:
                 model.train(mode)
             group.recurrent.current = None
-        modules = {"policy": group.policy, "value": group.value, "optimizer": group.optimizer}
+        # the optimiser in skrl's checkpoint layout where it can be (one parameter group), so skrl's agents load it
+        modules = {"policy": group.policy, "value": group.value, "optimizer": OptimizerCheckpoint(group.optimizer)}
         if group.batched:  # each agent's own models, its part of the optimiser
             modules.update(group.agent_models)
             modules["optimizer"] = [AgentOptimizerView(group.optimizer, i) for i in range(group.size)]
