@@ -75,12 +75,12 @@ def _restore_on_reset(env, snap) -> None:
     inner._reset_envs = reset_envs
 
 
-def _build(algo, directory=None, name="run", **cfg):
-    """Env and agent; with ``directory`` the agent writes a checkpoint every rollout into ``directory/name``."""
+def _build(algo, directory=None, name="run", checkpoint_interval=ROLLOUTS, **cfg):
+    """Env and agent; with ``directory`` the agent writes its checkpoints (every rollout) into ``directory/name``."""
     torch.manual_seed(0)
     experiment = dict(QUIET)
     if directory is not None:
-        experiment.update(directory=str(directory), experiment_name=name, checkpoint_interval=ROLLOUTS)
+        experiment.update(directory=str(directory), experiment_name=name, checkpoint_interval=checkpoint_interval)
     if algo == "maddpg":
         env = spread(num_envs=4, num_agents=2, seed=3, continuous=True)
         noise = OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0)  # a noise with state
@@ -340,3 +340,25 @@ def test_a_nan_observation_never_reaches_the_input_statistics(non_finite):
     assert sum(finite_rows) < 4 * len(finite_rows)
     expected = 1 if non_finite == "raise" else 1 + sum(finite_rows)
     assert float(agent.checkpoint_modules["agent_0"]["observation_preprocessor"].current_count) == expected
+
+
+@pytest.mark.parametrize("load_first", [True, False], ids=["load-then-trainer", "trainer-then-load"])
+def test_auto_checkpoint_interval_spans_the_whole_resumed_run(load_first, tmp_path):
+    """skrl's "auto" interval (a tenth of the run) counts the steps done before a resume, whether the checkpoint is
+    loaded before the trainer is built or after (Isaac Lab's order)."""
+    n = 10
+    env, agent = _build("mappo", tmp_path, name="first", checkpoint_interval="auto")
+    _train(env, agent, 2 * n)  # "auto": every 2 * n / 10 steps
+    assert (tmp_path / "first" / "checkpoints" / f"agent_{n}.pt").is_file()
+
+    env, agent = _build("mappo", tmp_path, name="resumed", checkpoint_interval="auto")
+    cfg = {"timesteps": n, "headless": True, "disable_progressbar": True}
+    if load_first:
+        agent.load(tmp_path / "first" / "checkpoints" / f"agent_{n}.pt")
+        trainer = SequentialTrainer(env=env, agents=agent, cfg=cfg)
+    else:
+        trainer = SequentialTrainer(env=env, agents=agent, cfg=cfg)
+        agent.load(tmp_path / "first" / "checkpoints" / f"agent_{n}.pt")
+    trainer.train()
+    names = sorted(os.listdir(tmp_path / "resumed" / "checkpoints"), key=lambda name: int(name[6:-3]))
+    assert names == [f"agent_{t}.pt" for t in range(n + 2, 2 * n + 1, 2)]  # not every step: the trainer's n / 10
