@@ -4,7 +4,9 @@
 Runner format (the package's default for ``--algo``, or ``--config``), trains with skrl's ``SequentialTrainer``
 (tqdm progress bar, TensorBoard logs and checkpoints in the run directory), then writes ``run.json`` (what ``eval``
 needs to rebuild env and agent), ``episodes.csv`` (every finished episode's return per agent) and
-``learning_curve.png``. ``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints the returns.
+``learning_curve.png``. ``skrl-marl train --resume RUN_DIR`` continues such a run from its newest checkpoint, with
+the run's own config, into the same folder. ``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints
+the returns.
 
 ``SECTION.KEY=VALUE`` arguments after the options of ``train`` override the config, as BenchMARL and Hydra users
 type them (``agent.learning_rate=1e-3 models.policy.hidden_sizes=[256,256]``, values read as YAML).
@@ -453,19 +455,54 @@ def _recurrent_models(cfg: dict[str, Any], cell: str, sequence_length: int) -> N
         cfg["models"][role] = section
 
 
+RESUME_CONFLICTS = {
+    "algo": "--algo",
+    "env": "--env",
+    "env_arg": "--env-arg",
+    "num_envs": "--num-envs",
+    "timesteps": "--timesteps",
+    "seed": "--seed",
+    "config": "--config",
+    "shared_policy": "--shared-policy",
+    "rnn": "--rnn",
+    "sequence_length": "--sequence-length",
+    "out": "--out",
+    "overrides": "SECTION.KEY=VALUE overrides",
+}
+"""``train`` options that the run's ``run.json`` fixes (argparse name -> as typed): given with ``--resume`` they must
+agree with the run's."""
+
+
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """``skrl-marl train``: returns the paths written (also printed as one summary line, by rank 0).
 
+    With ``--resume RUN_DIR`` the run in ``RUN_DIR`` goes on from its newest checkpoint (see :func:`_resume_point`).
+
     :raises RanksDisagree: When the ranks of a distributed run end with different parameters.
     """
-    algo, cfg, timesteps = _train_config(args)
-    env_kwargs = parse_env_args(args.env_arg)
     rank, world = distributed.rank(), distributed.world_size()
-    device = distributed.torchrun_device(args.device)
-    env = build_env(args.env, num_envs=args.num_envs, device=device, seed=args.seed + rank, env_kwargs=env_kwargs)
-    run_name = distributed.broadcast_object(_run_name(algo, args.env))
-    cfg = _runner_config(cfg, args, run_name=run_name, timesteps=timesteps)
+    if args.resume:
+        run, run_dir, checkpoint, done = _resume_point(args)
+        steps = run["timesteps"] - done
+        cfg = _resumed_config(run["config"], args, run_dir=run_dir, steps=steps, seed=run["seed"])
+        device = args.device if "device" in _given(args) else run["device"]
+    else:
+        algo, cfg, timesteps = _train_config(args)
+        run = {"algo": algo, "env": args.env, "env_kwargs": parse_env_args(args.env_arg), "num_envs": args.num_envs}
+        run_name = distributed.broadcast_object(_run_name(algo, args.env))
+        run_dir = os.path.abspath(os.path.join(args.out, run_name))
+        checkpoint, done, steps, device = None, 0, timesteps, args.device
+        cfg = _runner_config(cfg, args, run_name=run_name, timesteps=timesteps)
+    env_device = distributed.torchrun_device(device)
+    env = build_env(
+        run["env"], num_envs=run["num_envs"], device=env_device, seed=cfg["seed"], env_kwargs=run["env_kwargs"]
+    )
     runner = build_runner(env, cfg)
+    if checkpoint is not None:
+        try:
+            runner.agent.load(checkpoint)
+        except ValueError as e:
+            raise UsageError(f"--resume {args.resume}: {e}") from None
 
     start = time.perf_counter()
     runner.run("train")
@@ -473,29 +510,130 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     checksums = distributed.gather_checksums(_unique_models(runner.agent))  # every rank takes part
     agree = bool((checksums == checksums[0]).all())
-    result = {"run_dir": os.path.abspath(os.path.join(args.out, run_name)), "ranks": world, "ranks_agree": agree}
+    result = {"run_dir": run_dir, "ranks": world, "ranks_agree": agree}
     if rank == 0:
-        run = {
-            "algo": algo,
-            "env": args.env,
-            "env_kwargs": env_kwargs,
-            "num_envs": args.num_envs,
-            "device": args.device,
-            "seed": args.seed,
-            "timesteps": timesteps,
-            "ranks": world,
-            "overrides": list(args.overrides),
-            "train_seconds": round(seconds, 2),
-            "config": cfg,
-        }
-        result.update(_write_run(runner.agent, env, run, result["run_dir"]))
+        if checkpoint is None:
+            run.update(
+                device=args.device,
+                seed=args.seed,
+                timesteps=steps,
+                ranks=world,
+                overrides=list(args.overrides),
+                train_seconds=round(seconds, 2),
+                config=cfg,
+            )
+            episodes = env.episodes
+        else:  # the episodes up to the checkpoint, then this part's (its steps counted from the checkpoint's)
+            run["train_seconds"] = round(run.get("train_seconds", 0.0) + seconds, 2)
+            run.setdefault("resumed", []).append({"from_step": done, "checkpoint": checkpoint, "device": device})
+            episodes = [(step, r) for step, r in _read_episodes(run_dir) if step <= done]
+            episodes += [(done + step, r) for step, r in env.episodes]
+        result.update(_write_run(runner.agent, run, run_dir, episodes))
         ranks = "" if world == 1 else f"; {world} ranks, parameters identical"
         if not agree:
             ranks = f"; {world} ranks, error: parameters differ across ranks (checksums {checksums.tolist()})"
-        print(_train_summary(run, result, env.episodes, frames=timesteps * args.num_envs * world) + ranks)
+        frames = steps * run["num_envs"] * world
+        print(_train_summary(run, result, episodes, frames=frames, seconds=seconds, resumed_from=done) + ranks)
     if not agree:
         raise RanksDisagree(f"the {world} ranks ended with different parameters")
     return result
+
+
+def _given(args: argparse.Namespace) -> set[str]:
+    """The ``train`` options typed on the command line (argparse names), as :func:`main` found them."""
+    return set(getattr(args, "given", ()))
+
+
+def _resume_point(args: argparse.Namespace) -> tuple[dict[str, Any], str, str, int]:
+    """``(run.json, run_dir, checkpoint, steps it completed)`` of ``--resume RUN_DIR``: the newest checkpoint is
+    ``checkpoints/agent_<T>.pt`` with the largest ``T``, or ``final.pt`` when it holds more steps.
+
+    :raises UsageError: When ``RUN_DIR`` is not a run of ``train``, has no checkpoint, has run all its steps, or an
+        option given with ``--resume`` disagrees with the run's own (naming the option).
+    """
+    run_dir = os.path.abspath(args.resume)
+    run_file = os.path.join(run_dir, RUN_FILE)
+    if not os.path.isfile(run_file):
+        raise UsageError(f"--resume {args.resume}: expected a run directory of 'skrl-marl train' (with {RUN_FILE})")
+    with open(run_file) as file:
+        run = json.load(file)
+    own = {
+        "algo": run["algo"],
+        "env": run["env"],
+        "env_arg": run["env_kwargs"],
+        "num_envs": run["num_envs"],
+        "timesteps": run["timesteps"],
+        "seed": run["seed"],
+        "overrides": run["overrides"],
+    }
+    for name in sorted(_given(args) & set(RESUME_CONFLICTS)):
+        value = getattr(args, name)
+        if name == "env_arg":
+            value = parse_env_args(value)
+        if name == "algo" and isinstance(value, str):
+            value = value.lower()
+        if name not in own or value != own[name]:
+            theirs = f" (the run's: {own[name]!r})" if name in own else ""
+            raise UsageError(
+                f"{RESUME_CONFLICTS[name]} {value!r} disagrees with the run being resumed{theirs}: --resume continues "
+                f"the run with its own configuration from {RUN_FILE}; leave {RESUME_CONFLICTS[name]} out"
+            )
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    found = []
+    for name in os.listdir(checkpoints) if os.path.isdir(checkpoints) else []:
+        match = re.fullmatch(r"agent_(\d+)\.pt", name)
+        if match:
+            found.append((int(match[1]), os.path.join(checkpoints, name)))
+    final = os.path.join(checkpoints, FINAL_CHECKPOINT)
+    if os.path.isfile(final):
+        found.append((_steps_completed(final), final))
+    if not found:
+        raise UsageError(f"--resume {args.resume}: no checkpoint in {checkpoints} to resume from")
+    done, checkpoint = max(found)
+    if done >= run["timesteps"]:
+        raise UsageError(
+            f"--resume {args.resume}: the run has completed its {run['timesteps']} steps ({checkpoint}); nothing to "
+            "resume (start a new run to train longer)"
+        )
+    return run, run_dir, checkpoint, done
+
+
+def _steps_completed(path: str) -> int:
+    """The steps a checkpoint of ours had completed (its ``progress``; 0 for a file without it)."""
+    from skrl_marl_ext.agents.checkpoint import read_checkpoint
+
+    try:
+        modules = read_checkpoint(path, map_location="cpu", owner="--resume")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    progress = [m.get("progress") for m in modules.values() if isinstance(m, dict)] if isinstance(modules, dict) else []
+    return max((int(p.get("timestep", 0)) for p in progress if isinstance(p, dict)), default=0)
+
+
+def _resumed_config(
+    cfg: dict[str, Any], args: argparse.Namespace, *, run_dir: str, steps: int, seed: int
+) -> dict[str, Any]:
+    """The run's Runner config writing into ``run_dir`` (checkpoints and TensorBoard), for ``steps`` more steps, with
+    the run's ``seed`` (``seed + rank``)."""
+    cfg = copy.deepcopy(cfg)
+    cfg["seed"] = seed + distributed.rank()
+    experiment = cfg["agent"].get("experiment") or {}
+    experiment.update({"directory": os.path.dirname(run_dir), "experiment_name": os.path.basename(run_dir)})
+    cfg["agent"]["experiment"] = experiment
+    cfg["trainer"] = {**(cfg.get("trainer") or {}), "timesteps": steps}
+    cfg["trainer"]["disable_progressbar"] = bool(args.no_progress) or distributed.rank() > 0
+    return cfg
+
+
+def _read_episodes(run_dir: str) -> list[tuple[int, dict[str, float]]]:
+    """The episodes of ``run_dir/episodes.csv`` as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them."""
+    path = os.path.join(run_dir, "episodes.csv")
+    if not os.path.isfile(path):
+        return []
+    with open(path, newline="") as file:
+        rows = list(csv.DictReader(file))
+    agents = lambda row: [k for k in row if k not in ("step", "frames")]  # noqa: E731
+    return [(int(row["step"]), {uid: float(row[uid]) for uid in agents(row)}) for row in rows]
 
 
 def _unique_models(agent) -> list[torch.nn.Module]:
@@ -504,22 +642,25 @@ def _unique_models(agent) -> list[torch.nn.Module]:
     return list(models.values())
 
 
-def _write_run(agent, env, run: dict[str, Any], run_dir: str) -> dict[str, str]:
-    """Write the final checkpoint, ``run.json``, ``episodes.csv`` and the learning curve; return their paths."""
+def _write_run(agent, run: dict[str, Any], run_dir: str, episodes: list) -> dict[str, str]:
+    """Write the final checkpoint, ``run.json``, ``episodes.csv`` and the learning curve of ``episodes``; return their
+    paths."""
     checkpoint = os.path.join(run_dir, "checkpoints", FINAL_CHECKPOINT)
     os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
     agent.save(checkpoint)
     with open(os.path.join(run_dir, RUN_FILE), "w") as file:
         json.dump(run, file, indent=2, default=str)
     episodes_csv = os.path.join(run_dir, "episodes.csv")
-    write_episodes(env.episodes, run["num_envs"], episodes_csv)
+    write_episodes(episodes, run["num_envs"], episodes_csv)
     plot = os.path.join(run_dir, "learning_curve.png")
     title = f"{run['algo'].upper()} on {run['env']} ({run['num_envs']} envs)"
-    plot_learning_curve(env.episodes, num_envs=run["num_envs"], path=plot, title=title)
+    plot_learning_curve(episodes, num_envs=run["num_envs"], path=plot, title=title)
     return {"checkpoint": checkpoint, "plot": plot, "episodes": episodes_csv}
 
 
-def _train_summary(run: dict[str, Any], paths: dict[str, Any], episodes: list, *, frames: int) -> str:
+def _train_summary(
+    run: dict[str, Any], paths: dict[str, Any], episodes: list, *, frames: int, seconds: float, resumed_from: int = 0
+) -> str:
     """The summary line of ``train``; also puts ``first`` and ``final`` (mean returns) into ``paths``."""
     tenth = max(1, len(episodes) // 10)
     paths["first"], paths["final"] = _mean_return(episodes[:tenth]), _mean_return(episodes[-tenth:])
@@ -529,8 +670,9 @@ def _train_summary(run: dict[str, Any], paths: dict[str, Any], episodes: list, *
         else "no episode finished"
     )
     run_dir = paths["run_dir"]
+    resumed = f", resumed from step {resumed_from} of {run['timesteps']}," if resumed_from else ""
     return (
-        f"skrl-marl: trained {run['algo']} on {run['env']} for {frames} frames in {run['train_seconds']:.0f} s "
+        f"skrl-marl: trained {run['algo']} on {run['env']} for {frames} frames{resumed} in {seconds:.0f} s "
         f"({returns}); run: {run_dir} | checkpoint: {paths['checkpoint']} | plot: {paths['plot']} | "
         f"tensorboard --logdir {run_dir}"
     )
@@ -688,6 +830,14 @@ def _add_train_parser(commands) -> None:
         "--out", default="runs", help="directory of the runs (default: %(default)s, in the working directory)"
     )
     t.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: off, the bar is shown)")
+    t.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (a run directory of train) from its newest checkpoint, with the run's own "
+        "config from its run.json, for its remaining steps, writing into RUN_DIR; the envs start new episodes "
+        "(default: none, a new run)",
+    )
     t.add_argument("overrides", nargs="*", metavar="SECTION.KEY=VALUE", help=OVERRIDES_HELP)
 
 
@@ -734,6 +884,15 @@ def _add_export_parser(commands) -> None:
     x.set_defaults(threads=0)
 
 
+def _typed_options(argv: list[str]) -> set[str]:
+    """The ``train`` options present in ``argv`` (argparse names; ``overrides`` when any was given): ``argv`` parsed
+    again with every default suppressed (an option typed with its default value is still one the user chose)."""
+    parser = make_parser()
+    for action in parser._subparsers._group_actions[0].choices["train"]._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv))) - {"command"}
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``skrl-marl`` parser; every option's help states its default."""
     parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
@@ -770,6 +929,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         created = _setup_torchrun(args)
         if args.command == "train":
+            args.given = _typed_options(argv if argv is not None else sys.argv[1:])
             train(args)
         elif args.command == "export":
             export(args)

@@ -130,7 +130,7 @@ def test_mappo_round_trip_with_every_module_kind(scheduler, kwargs, tmp_path):
     fresh = make_agent(env, cfg=cfg)
     assert agent.scaler.is_enabled() and isinstance(agent.group_of["agent_0"].scheduler, scheduler)
     assert not torch.equal(params(agent.group_of["agent_0"].policy), params(fresh.group_of["agent_0"].policy))
-    expected = {"policy", "value", "optimizer", "scheduler", "scaler"}
+    expected = {"policy", "value", "optimizer", "scheduler", "scaler", "progress"}
     expected |= {"observation_preprocessor", "state_preprocessor", "value_preprocessor"}
     _round_trip(agent, fresh, tmp_path / "mappo.pt", expected)
 
@@ -151,4 +151,5 @@ def test_maddpg_round_trip_with_every_module_kind(scheduler, kwargs, tmp_path):
     assert agent.scaler.is_enabled()
     expected = {"policy", "target_policy", "critic", "target_critic", "policy_optimizer", "critic_optimizer"}
     expected |= {"policy_scheduler", "critic_scheduler", "observation_preprocessor", "state_preprocessor", "scaler"}
+    expected |= {"progress"}
     _round_trip(agent, fresh, tmp_path / "maddpg.pt", expected)

@@ -292,3 +292,39 @@ def test_train_rnn_builds_recurrent_models_and_eval_reloads_them(tmp_path, capsy
     assert "must divide agent.rollouts" in capsys.readouterr().err
     assert cli.main([*argv[:-4], "--algo", "maddpg", "--out", str(tmp_path)]) == 2
     assert "--rnn works with mappo and ippo" in capsys.readouterr().err
+
+
+def test_resume_continues_a_run_from_its_newest_checkpoint(tmp_path, capsys):
+    argv = ["--env", "builtin:spread", "--env-arg", "episode_length=10", "--timesteps", "60"]
+    run_dir = _train(tmp_path, *argv, "agent.experiment.checkpoint_interval=20")
+    checkpoints = run_dir / "checkpoints"
+    with open(run_dir / "episodes.csv") as file:
+        first = list(csv.DictReader(file))
+    # the run stopped after its checkpoint of step 40
+    (checkpoints / "agent_60.pt").unlink()
+    (checkpoints / "final.pt").unlink()
+    capsys.readouterr()
+
+    assert cli.main(["train", "--resume", str(run_dir), "--no-progress"]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "for 80 frames, resumed from step 40 of 60," in summary  # the remaining 20 steps of 4 envs
+    assert sorted(os.listdir(checkpoints)) == ["agent_20.pt", "agent_40.pt", "agent_60.pt", "final.pt"]
+    for name in ("agent_60.pt", "final.pt"):
+        progress = {m["progress"]["timestep"] for m in torch.load(checkpoints / name, weights_only=True).values()}
+        assert progress == {60}, name
+    with open(run_dir / "episodes.csv") as file:
+        rows = list(csv.DictReader(file))
+    # the episodes up to the checkpoint are kept; the resumed part's (new episodes: the envs reset) follow them
+    assert rows[: len([r for r in first if int(r["step"]) <= 40])] == [r for r in first if int(r["step"]) <= 40]
+    later = [int(r["step"]) for r in rows if int(r["step"]) > 40]
+    assert sorted(later) == [50] * 4 + [60] * 4  # 10-step episodes of 4 envs from step 40 on
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["timesteps"] == 60 and [r["from_step"] for r in run["resumed"]] == [40]
+
+    # options that disagree with the run's own are refused by name; a finished run has nothing to resume
+    assert cli.main(["train", "--resume", str(run_dir), "--algo", "ippo"]) == 2
+    assert "--algo 'ippo' disagrees with the run being resumed (the run's: 'mappo')" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(run_dir), "agent.learning_rate=1e-3"]) == 2
+    assert "overrides" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", str(run_dir)]) == 2
+    assert "the run has completed its 60 steps" in capsys.readouterr().err

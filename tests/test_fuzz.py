@@ -149,6 +149,7 @@ MADDPG_FIELDS = {
     "mixed_precision": st.booleans(),
     "non_finite": st.sampled_from(["raise", "skip"]),
     "batch_agent_models": st.booleans(),
+    "checkpoint_replay": st.booleans(),
 }
 
 

@@ -1,6 +1,7 @@
 """MADDPG: aligned replay sampling, targets, Gumbel actors, masks, learning, drop-in use, checkpoints, bad input."""
 
 import copy
+import warnings
 
 import gymnasium
 import pytest
@@ -1279,3 +1280,146 @@ def test_twin_critics_bad_models_are_refused():
         make_agent(env, models=models)
     with pytest.raises(ValueError, match="policy_delay must be a positive integer"):
         make_agent(env, {"policy_delay": 0})
+
+
+# ---------------------------------------------------------------- resume: progress, replay, schedulers
+
+
+def test_a_loaded_agent_continues_its_schedules_from_the_saved_step(tmp_path):
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    cfg = {"batch_size": 8, "exploration_final_scale": 0.1, "exploration_timesteps": 40, "learning_starts": 10}
+    agent = drive(make_agent(env, cfg), env, 20)
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    saved = torch.load(path, weights_only=True)
+    assert {uid: saved[uid]["progress"] for uid in saved} == dict.fromkeys(
+        env.possible_agents,
+        {
+            "timestep": 20,
+            "gradient_steps": 2 * (20 - 10),
+        },
+    )
+
+    fresh = make_agent(env, cfg)
+    fresh.load(str(path))
+    before = params(fresh.models["agent_0"]["critic"])
+    drive(fresh, env, 1)  # the trainer's timestep 0 is the run's step 20
+    assert fresh.tracking_data["Exploration / Exploration noise scale"] == [pytest.approx(1.0 + (0.1 - 1.0) * 20 / 40)]
+    assert not torch.equal(before, params(fresh.models["agent_0"]["critic"]))  # past learning_starts: it learned
+    fresh.save(str(path))
+    assert torch.load(path, weights_only=True)["agent_1"]["progress"]["timestep"] == 21
+
+
+def _replay_bytes_per_row(env):
+    """Bytes of one replay row of every agent (docs/resume.md): 4 per float column (observations, next observations,
+    actions, rewards, states, next states), 1 per bool column (terminated, truncated, agent mask)."""
+    total = 0
+    for uid in env.possible_agents:
+        obs, state = env.observation_space(uid).shape[0], env.state_space(uid).shape[0]
+        floats = 2 * obs + env.action_space(uid).shape[0] + 1 + 2 * state
+        total += 4 * floats + 3
+    return total
+
+
+def test_checkpoint_replay_size_is_the_documented_formula(tmp_path):
+    env = spread(num_envs=32, num_agents=2, continuous=True)
+    memory_size, sizes = 64, {}
+    for keep in (False, True):
+        cfg = {"batch_size": 8, "gradient_steps": 1, "checkpoint_replay": keep}
+        agent = drive(make_agent(env, cfg, memories=make_memories(env, memory_size)), env, memory_size + 2)
+        agent.save(str(tmp_path / f"{keep}.pt"))
+        sizes[keep] = (tmp_path / f"{keep}.pt").stat().st_size
+    expected = _replay_bytes_per_row(env) * memory_size * env.num_envs  # the memories have wrapped: all rows
+    assert sizes[True] - sizes[False] == pytest.approx(expected, rel=0.03)
+
+
+def test_checkpoint_replay_round_trips_rows_indexes_and_noise_state(tmp_path):
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    noise = OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0)
+    cfg = {"batch_size": 8, "checkpoint_replay": True, "exploration_noise": noise, "exploration_final_scale": 1.0}
+    agent = drive(make_agent(env, cfg, memories=make_memories(env, 16)), env, 10)  # 10 of 16 rows written
+    path = tmp_path / "agent.pt"
+    agent.save(str(path))
+    fresh = make_agent(env, cfg, memories=make_memories(env, 16))
+    fresh.load(str(path))
+    for uid in env.possible_agents:
+        a, b = agent.memories[uid], fresh.memories[uid]
+        assert (len(b), b.memory_index, b.filled) == (len(a), 10, False) == (40, 10, False)
+        for name, tensor in a.tensors.items():
+            assert torch.equal(tensor[:10], b.tensors[name][:10]), (uid, name)
+    # the noise goes on from its saved state: the same next (noisy) actions
+    observations, _ = env.reset()
+    actions = []
+    for each in (agent, fresh):
+        each.enable_training_mode(True)
+        torch.manual_seed(1)
+        actions.append(each.act(observations, env.state(), timestep=0, timesteps=30)[0])
+    assert all(torch.equal(actions[0][uid], actions[1][uid]) for uid in env.possible_agents)
+
+
+def test_best_agent_keeps_no_replay_rows_and_loads_with_an_empty_replay(tmp_path):
+    env = spread(num_envs=4, num_agents=2, continuous=True, episode_length=5)
+    experiment = {"directory": str(tmp_path), "experiment_name": "run", "write_interval": 4, "checkpoint_interval": 8}
+    cfg = {"batch_size": 8, "checkpoint_replay": True, "experiment": experiment}
+    agent = make_agent(env, cfg, memories=make_memories(env, 16))
+    SequentialTrainer(
+        env=env, agents=agent, cfg={"timesteps": 16, "headless": True, "disable_progressbar": True}
+    ).train()
+    best = agent.checkpoint_best_modules["modules"]
+    assert best, "a best checkpoint was kept (episodes ended, rewards were tracked)"
+    assert all(t.shape[0] == 0 for uid in best for t in best[uid]["replay"]["tensors"].values())
+    checkpoints = tmp_path / "run" / "checkpoints"
+    fresh = make_agent(env, cfg, memories=make_memories(env, 16))
+    fresh.load(str(checkpoints / "best_agent.pt"))
+    assert all(len(fresh.memories[uid]) == 0 for uid in env.possible_agents)
+    fresh.load(str(checkpoints / "agent_16.pt"))
+    assert all(len(fresh.memories[uid]) == 16 * 4 for uid in env.possible_agents)
+
+
+def test_a_replay_of_another_memory_size_is_refused(tmp_path):
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    agent = drive(make_agent(env, {"checkpoint_replay": True}, memories=make_memories(env, 8)), env, 10)
+    agent.save(str(tmp_path / "agent.pt"))
+    bigger = make_agent(env, {"checkpoint_replay": True}, memories=make_memories(env, 16))
+    with pytest.raises(ValueError, match="module 'replay' does not fit.*memory_size and num_envs"):
+        bigger.load(str(tmp_path / "agent.pt"))
+
+
+def test_schedulers_count_only_the_steps_their_optimiser_took():
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    cfg = {
+        "batch_size": 8,
+        "gradient_steps": 1,
+        "policy_delay": 3,
+        "learning_rate_scheduler": torch.optim.lr_scheduler.StepLR,
+        "learning_rate_scheduler_kwargs": {"step_size": 1, "gamma": 0.5},
+    }
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*lr_scheduler")  # torch: a scheduler stepped before its optimiser
+        agent = drive(make_agent(env, cfg), env, 10)
+    for uid in env.possible_agents:
+        modules = agent.checkpoint_modules[uid]
+        assert modules["critic_scheduler"].last_epoch == 10
+        assert modules["policy_scheduler"].last_epoch == 10 // 3  # the actor stepped at gradient steps 3, 6, 9
+        assert modules["policy_optimizer"].state_dict()["param_groups"][0]["lr"] == pytest.approx(5e-4 * 0.5**3)
+
+
+def test_a_policy_step_the_grad_scaler_skipped_does_not_step_its_scheduler():
+    env = spread(num_envs=4, num_agents=2, continuous=True)
+    cfg = {
+        "batch_size": 8,
+        "gradient_steps": 1,
+        "mixed_precision": True,
+        "batch_agent_models": False,  # the hook below sees the policy's own parameters
+        "learning_rate_scheduler": torch.optim.lr_scheduler.StepLR,
+        "learning_rate_scheduler_kwargs": {"step_size": 1, "gamma": 0.5},
+    }
+    agent = make_agent(env, cfg)
+    for uid in env.possible_agents:
+        next(agent.models[uid]["policy"].parameters()).register_hook(lambda grad: torch.full_like(grad, float("inf")))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*lr_scheduler")
+        drive(agent, env, 6)
+    for uid in env.possible_agents:
+        modules = agent.checkpoint_modules[uid]
+        assert modules["policy_scheduler"].last_epoch == 0 and modules["critic_scheduler"].last_epoch == 6

@@ -1,18 +1,22 @@
 """Runs that resume and checkpoints that refuse to half-load.
 
-Resuming: train N steps, ``save()``, load into a fresh agent in a *new process* and train M more; the parameters
-must equal an uninterrupted N+M run bit for bit. The agent's checkpoint carries everything of the agent's (models,
-optimisers, preprocessors, value normaliser, scheduler); the env's state and torch's RNG belong to the caller, so
-the test carries them beside the checkpoint. On-policy agents are saved at a rollout boundary.
+Resuming: a run of N+M steps stopped at its checkpoint of step N is resumed in a *new process* (build the agent,
+``load()`` the checkpoint, a trainer with ``timesteps`` = M); the parameters must equal an uninterrupted N+M run bit
+for bit, and the checkpoints continue from N. The agent's checkpoint carries everything of the agent's (models,
+optimisers, preprocessors, value normaliser, schedulers, the steps completed; MADDPG's replay with
+``checkpoint_replay``); the env's state and torch's RNG belong to the caller, so the test carries them beside the
+checkpoint. On-policy agents are stopped at a rollout boundary.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 import pytest
 import torch
 from helpers import QUIET, drive, make_agent, make_maddpg, make_models, params, spread
+from skrl.resources.noises.torch import OrnsteinUhlenbeckNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
@@ -30,7 +34,24 @@ CFG = {
     "value_preprocessor": ValueNorm,
     "experiment": QUIET,
 }
+MADDPG_CFG = {
+    "batch_size": 16,
+    "gradient_steps": 1,
+    "policy_delay": 2,  # the phase of the delay must carry over
+    "learning_starts": 3,  # 21 gradient steps before the checkpoint: the policy delay is mid-phase
+    "observation_preprocessor": RunningStandardScaler,
+    "learning_rate_scheduler": torch.optim.lr_scheduler.StepLR,
+    "learning_rate_scheduler_kwargs": {"step_size": 5, "gamma": 0.9},
+    "checkpoint_replay": True,
+    "experiment": QUIET,
+}
+MEMORY_SIZE = 16  # rows per env: the replay wraps around before the checkpoint
 ENV_FIELDS = ("positions", "goals", "active", "steps")
+N, M = 3 * ROLLOUTS, 2 * ROLLOUTS
+
+
+class _Stop(Exception):
+    """Ends a trainer's run right after the checkpoint it stops at."""
 
 
 def _env_snapshot(env) -> dict:
@@ -54,11 +75,19 @@ def _restore_on_reset(env, snap) -> None:
     inner._reset_envs = reset_envs
 
 
-def _build(algo):
+def _build(algo, directory=None, name="run", checkpoint_interval=ROLLOUTS, **cfg):
+    """Env and agent; with ``directory`` the agent writes its checkpoints (every rollout) into ``directory/name``."""
     torch.manual_seed(0)
+    experiment = dict(QUIET)
+    if directory is not None:
+        experiment.update(directory=str(directory), experiment_name=name, checkpoint_interval=checkpoint_interval)
+    if algo == "maddpg":
+        env = spread(num_envs=4, num_agents=2, seed=3, continuous=True)
+        noise = OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0)  # a noise with state
+        cfg = {**MADDPG_CFG, "exploration_noise": noise, **cfg, "experiment": experiment}
+        return env, make_maddpg(env, cfg=cfg, memory_size=MEMORY_SIZE)
     env = spread(num_envs=4, num_agents=2, seed=3)
-    agent = make_agent(env, algo, cfg=dict(CFG))
-    return env, agent
+    return env, make_agent(env, algo, cfg={**CFG, **cfg, "experiment": experiment})
 
 
 def _train(env, agent, steps):
@@ -66,40 +95,63 @@ def _train(env, agent, steps):
     SequentialTrainer(env=env, agents=agent, cfg=cfg).train()
 
 
+def _train_until_checkpoint(env, agent, steps, stop_at, extra_path):
+    """Train a run of ``steps`` steps that stops after its checkpoint of step ``stop_at``, saving the env's state and
+    torch's RNG of that moment to ``extra_path`` (what the caller keeps beside the checkpoint)."""
+    write = agent.write_checkpoint
+
+    def write_then_stop(*, timestep, timesteps):
+        write(timestep=timestep, timesteps=timesteps)
+        if timestep == stop_at:
+            torch.save({"env": _env_snapshot(env), "rng": torch.get_rng_state()}, extra_path)
+            raise _Stop
+
+    agent.write_checkpoint = write_then_stop
+    with pytest.raises(_Stop):
+        _train(env, agent, steps)
+
+
 def _all_params(agent):
     return torch.cat([params(m) for uid in agent.possible_agents for m in agent.models[uid].values()])
 
 
-def _resume_in_new_process(algo, path, steps, result_path):
-    torch.set_num_threads(1)
-    env, agent = _build(algo)
-    extra = torch.load(str(path) + ".extra", weights_only=False)
-    agent.load(path)
+def _resume(algo, checkpoint, extra_path, steps, directory, **cfg):
+    env, agent = _build(algo, directory, name="resumed", **cfg)
+    extra = torch.load(extra_path, weights_only=False)
+    agent.load(checkpoint)
     _restore_on_reset(env, extra["env"])
     torch.set_rng_state(extra["rng"])
     _train(env, agent, steps)
+    return agent
+
+
+def _resume_in_new_process(algo, checkpoint, extra_path, steps, directory, result_path):
+    torch.set_num_threads(1)
+    agent = _resume(algo, checkpoint, extra_path, steps, directory)
     torch.save(_all_params(agent), result_path)
 
 
+def _progress(path):
+    return {uid: modules["progress"]["timestep"] for uid, modules in torch.load(path, weights_only=True).items()}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "maddpg"])
 def test_resume_in_a_new_process_equals_an_uninterrupted_run(algo, tmp_path):
     torch.set_num_threads(1)
-    n, m = 3 * ROLLOUTS, 2 * ROLLOUTS
-
     env, agent = _build(algo)
-    _train(env, agent, n + m)
+    _train(env, agent, N + M)
     uninterrupted = _all_params(agent)
 
-    env, agent = _build(algo)
-    _train(env, agent, n)
-    path = tmp_path / "agent.pt"
-    agent.save(str(path))
-    torch.save({"env": _env_snapshot(env), "rng": torch.get_rng_state()}, str(path) + ".extra")
+    env, agent = _build(algo, tmp_path, name="first")
+    extra = tmp_path / "extra.pt"
+    _train_until_checkpoint(env, agent, N + M, stop_at=N, extra_path=extra)
     halfway = _all_params(agent)
+    checkpoint = tmp_path / "first" / "checkpoints" / f"agent_{N}.pt"
+    assert set(_progress(checkpoint).values()) == {N}
 
     process = multiprocessing.get_context("spawn").Process(
-        target=_resume_in_new_process, args=(algo, path, m, tmp_path / "resumed.pt")
+        target=_resume_in_new_process, args=(algo, checkpoint, extra, M, tmp_path, tmp_path / "resumed.pt")
     )
     process.start()
     process.join(timeout=120)
@@ -108,6 +160,18 @@ def test_resume_in_a_new_process_equals_an_uninterrupted_run(algo, tmp_path):
 
     assert not torch.equal(halfway, uninterrupted)  # the last M steps did train
     assert torch.equal(resumed, uninterrupted)
+    # the resumed trainer ran M steps from 0; the agent's checkpoints went on from N
+    names = sorted(os.listdir(tmp_path / "resumed" / "checkpoints"))
+    assert names == sorted(f"agent_{t}.pt" for t in range(N + ROLLOUTS, N + M + 1, ROLLOUTS))
+    assert set(_progress(tmp_path / "resumed" / "checkpoints" / f"agent_{N + M}.pt").values()) == {N + M}
+
+    if algo == "maddpg":  # the replay is what makes it equal: the same checkpoint without it resumes differently
+        modules = torch.load(checkpoint, weights_only=True)
+        for uid in modules:
+            del modules[uid]["replay"]
+        torch.save(modules, tmp_path / "no_replay.pt")
+        agent = _resume(algo, tmp_path / "no_replay.pt", extra, M, tmp_path / "other", checkpoint_replay=False)
+        assert not torch.equal(_all_params(agent), uninterrupted)
 
 
 def test_resume_needs_the_optimiser_state(tmp_path):
@@ -276,3 +340,25 @@ def test_a_nan_observation_never_reaches_the_input_statistics(non_finite):
     assert sum(finite_rows) < 4 * len(finite_rows)
     expected = 1 if non_finite == "raise" else 1 + sum(finite_rows)
     assert float(agent.checkpoint_modules["agent_0"]["observation_preprocessor"].current_count) == expected
+
+
+@pytest.mark.parametrize("load_first", [True, False], ids=["load-then-trainer", "trainer-then-load"])
+def test_auto_checkpoint_interval_spans_the_whole_resumed_run(load_first, tmp_path):
+    """skrl's "auto" interval (a tenth of the run) counts the steps done before a resume, whether the checkpoint is
+    loaded before the trainer is built or after (Isaac Lab's order)."""
+    n = 10
+    env, agent = _build("mappo", tmp_path, name="first", checkpoint_interval="auto")
+    _train(env, agent, 2 * n)  # "auto": every 2 * n / 10 steps
+    assert (tmp_path / "first" / "checkpoints" / f"agent_{n}.pt").is_file()
+
+    env, agent = _build("mappo", tmp_path, name="resumed", checkpoint_interval="auto")
+    cfg = {"timesteps": n, "headless": True, "disable_progressbar": True}
+    if load_first:
+        agent.load(tmp_path / "first" / "checkpoints" / f"agent_{n}.pt")
+        trainer = SequentialTrainer(env=env, agents=agent, cfg=cfg)
+    else:
+        trainer = SequentialTrainer(env=env, agents=agent, cfg=cfg)
+        agent.load(tmp_path / "first" / "checkpoints" / f"agent_{n}.pt")
+    trainer.train()
+    names = sorted(os.listdir(tmp_path / "resumed" / "checkpoints"), key=lambda name: int(name[6:-3]))
+    assert names == [f"agent_{t}.pt" for t in range(n + 2, 2 * n + 1, 2)]  # not every step: the trainer's n / 10

@@ -8,6 +8,9 @@
 - infos: agent masks, action masks (with the refusal of a policy that would ignore them), final observations;
 - outputs: a group's stacked actions and outputs split per agent, deterministic actions for evaluation;
 - checkpoints: registration of each group's modules per agent, strict and safe loading;
+- progress: the training steps completed, saved as the checkpoint module ``progress``; the trainer's ``timestep`` and
+  ``timesteps`` are shifted by the steps a loaded checkpoint had completed, at the public entry points, so a resumed
+  run continues its schedules, checkpoint numbering and TensorBoard steps;
 - the optimiser step: scaled backward, gradient all-reduce over ranks, unscale and clip, scaler step.
 
 The algorithms (:mod:`~skrl_marl_ext.agents.on_policy`, :mod:`~skrl_marl_ext.agents.maddpg`) add what differs:
@@ -17,17 +20,21 @@ and losses (:mod:`skrl_marl_ext.functional`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium
+import numpy as np
 import torch
 from packaging import version
 from skrl.memories.torch import Memory
 from skrl.models.torch import Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.utils.spaces.torch import unflatten_tensorized_space
+from skrl.utils.tensorboard import SummaryWriter
 from torch.optim import optimizer as torch_optimizer
 
 from skrl_marl_ext import distributed
@@ -97,6 +104,34 @@ def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
     return Adam(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
 
 
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """Steps ``optimizer`` (Adam) has taken: its first parameter's ``state["step"]``, which neither a step the grad
+    scaler skips nor a fused step that found inf/NaN gradients advances (one host read)."""
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            state = optimizer.state.get(parameter)
+            if state and "step" in state:
+                return int(state["step"])
+    return 0
+
+
+@dataclasses.dataclass
+class Progress:
+    """What a training run has done, saved as every agent's checkpoint module ``progress`` (plain ints: checkpoints
+    load with ``weights_only=True``); loading it makes the agent continue from there."""
+
+    timestep: int = 0
+    """Training env steps completed (the trainer's ``timestep + 1`` after each step, shifted as the agent sees it)."""
+
+    def state_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take the saved counts (a count the file lacks is 0)."""
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, int(state.get(field.name, 0)))
+
+
 def allowed_somewhere(mask: torch.Tensor) -> torch.Tensor:
     """The boolean ``mask`` ``(rows, n)`` with rows that allow no action made all True (e.g. an absent agent's zero
     observation): every row then has an allowed action to sample, take the argmax of, or relax."""
@@ -116,6 +151,8 @@ class GroupedMultiAgent(MultiAgent):
     group_class: type = AgentGroup
     requires_states: bool = False
     """Whether the agent refuses to be built without ``state_spaces``."""
+    progress_class: type = Progress
+    """The checkpoint module ``progress``: the steps completed and the algorithm's own counters."""
 
     def __init__(
         self,
@@ -166,7 +203,15 @@ class GroupedMultiAgent(MultiAgent):
         self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
         self._infos_action_masks: dict[str, torch.Tensor] | None = None
         """``infos["action_mask"]`` of the last recorded step: the masks of the observations the next ``act`` sees."""
+        self.progress = self.progress_class()
+        self._timestep_offset = 0
+        """Added to the trainer's ``timestep`` and ``timesteps``: the steps completed when the agent was initialised or
+        loaded (see :meth:`_shift`)."""
+        self._trainer_timesteps: int | None = None
+        """The ``timesteps`` of the trainer that initialised the agent (for skrl's ``"auto"`` intervals)."""
         self._set_up()
+        for uid in self.possible_agents:
+            self.checkpoint_modules[uid]["progress"] = self.progress
 
     def _set_up(self) -> None:
         """Hook: the algorithm's own construction (its groups' optimisers, preprocessors, storage)."""
@@ -265,26 +310,63 @@ class GroupedMultiAgent(MultiAgent):
     def init(self, *, trainer_cfg: Any = None) -> None:
         """Initialise the agent (skrl's contract; called by the trainers).
 
-        Only rank 0 of a distributed run writes TensorBoard data and checkpoints.
+        Only rank 0 of a distributed run writes TensorBoard data and checkpoints. The trainer's timesteps continue
+        from the steps completed so far (:meth:`_shift`), and skrl's ``"auto"`` intervals (a hundredth and a tenth of
+        the run) count those steps too.
 
         :param trainer_cfg: Trainer configuration (a dataclass).
         """
         if distributed.rank() > 0:
             self.write_interval = 0
             self.checkpoint_interval = 0
+        self._timestep_offset = self.progress.timestep
+        self._trainer_timesteps = getattr(trainer_cfg, "timesteps", None)
+        self._resolve_auto_intervals()
         super().init(trainer_cfg=trainer_cfg)
         self.enable_models_training_mode(False)
+
+    def _resolve_auto_intervals(self) -> None:
+        """skrl's ``"auto"`` write and checkpoint intervals over the whole run: the steps completed before the trainer
+        started plus its ``timesteps`` (so a resumed run writes where an uninterrupted one would)."""
+        if self._trainer_timesteps is None or distributed.rank() > 0:
+            return
+        total = self._timestep_offset + self._trainer_timesteps
+        if self.cfg.experiment.write_interval == "auto":
+            self.write_interval = int(total / 100)
+        if self.cfg.experiment.checkpoint_interval == "auto":
+            self.checkpoint_interval = int(total / 10)
 
     def load(self, path: str) -> None:
         """Load a checkpoint written by :meth:`save`, refusing one of other agents or model shapes, or one holding
         anything but tensors and state dicts (see :mod:`skrl_marl_ext.agents.checkpoint`).
 
+        The agent then continues from the steps the checkpoint had completed (its ``progress``; from 0 when the file
+        has none): a trainer's ``timestep`` 0 is that step, and its ``timesteps`` the steps still to run.
+
         :param path: Path of the checkpoint file.
         """
+        self.progress.load_state_dict({})  # a file without progress starts from 0
         load_checkpoint(self, path)
+        self._timestep_offset = self.progress.timestep
+        if self._trainer_timesteps is not None:  # loaded after the trainer's init: its "auto" intervals move
+            self._resolve_auto_intervals()
+            if self.write_interval > 0 and getattr(self, "writer", None) is None:
+                self.writer = SummaryWriter(log_dir=self.experiment_dir)
+            if self.checkpoint_interval > 0:
+                os.makedirs(os.path.join(self.experiment_dir, "checkpoints"), exist_ok=True)
+
+    def _shift(self, timestep: int | None, timesteps: int | None) -> tuple[int | None, int | None]:
+        """The trainer's ``timestep`` (from 0) and ``timesteps`` (steps it runs) as the run's: both plus the steps
+        completed when the agent was initialised or loaded. Every public entry point shifts them once, so the
+        algorithm's schedules, skrl's checkpoint names and TensorBoard steps all continue a loaded run."""
+        offset = self._timestep_offset
+        return (
+            None if timestep is None else timestep + offset,
+            None if timesteps is None else timesteps + offset,
+        )
 
     def pre_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """Nothing to do before the environment step."""
+        """Nothing to do before the environment step (no timestep to shift)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -308,6 +390,7 @@ class GroupedMultiAgent(MultiAgent):
             ``outputs["mean_actions"]`` also holds ``{agent: deterministic actions}`` (mean or greedy), where skrl's
             trainers look for them (skrl 2.1.1's multi-agents never put them there, so their evaluation samples).
         """
+        timestep, timesteps = self._shift(timestep, timesteps)
         actions, outputs, deterministic = {}, {}, {}
         with torch.no_grad():
             for group in self.groups:
@@ -357,6 +440,7 @@ class GroupedMultiAgent(MultiAgent):
 
         Parameters are skrl's: ``{agent: tensor}`` dicts, rewards/terminated/truncated of shape ``(num_envs, 1)``.
         """
+        timestep, timesteps = self._shift(timestep, timesteps)
         step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         super().record_transition(**step)
         infos = self._infos(infos)
@@ -372,6 +456,65 @@ class GroupedMultiAgent(MultiAgent):
 
     def _after_step(self, step: dict[str, Any], *, infos: dict) -> None:
         """Hook: what follows every env step, in training and evaluation (e.g. moving hidden states on)."""
+
+    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """After the environment step (skrl's contract): count the step, let the algorithm learn
+        (:meth:`_post_interaction`), then skrl's tracking and checkpoints at their intervals.
+
+        :param timestep: Current timestep (the trainer's, from 0; shifted by the steps completed before, see
+            :meth:`_shift`).
+        :param timesteps: Number of timesteps.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        if self.training:
+            self.progress.timestep = timestep + 1
+        self._post_interaction(timestep=timestep, timesteps=timesteps)
+        self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
+
+    def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Hook: the algorithm's work after a step (its updates), with the run's timestep."""
+
+    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+        """The algorithm's update of agent ``uid`` (skrl's per-agent entry point; see :meth:`_update`).
+
+        :param timestep: Current timestep (shifted as in :meth:`post_interaction`).
+        :param timesteps: Number of timesteps.
+        :param uid: Agent name.
+        """
+        if uid not in self.group_of:
+            raise ValueError(
+                f"{type(self).__name__}.update: unknown agent '{uid}'; choose one of {self.possible_agents}"
+            )
+        timestep, timesteps = self._shift(timestep, timesteps)
+        self._update(timestep=timestep, timesteps=timesteps, uid=uid)
+
+    def _update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+        """Hook: the algorithm's update of agent ``uid``, with the run's timestep."""
+        raise NotImplementedError
+
+    def _track_and_checkpoint(self, *, timestep: int, timesteps: int) -> None:
+        """skrl's ``MultiAgent.post_interaction``: checkpoints (and the best modules by mean total reward) and
+        TensorBoard data at their intervals. One difference: a checkpoint module with ``best_state_dict()`` (MADDPG's
+        replay) is kept for ``best_agent.pt`` as what that returns, where skrl deep-copies every module's state at
+        each better checkpoint."""
+        timestep += 1
+        if timestep > 1 and self.checkpoint_interval > 0 and not timestep % self.checkpoint_interval:
+            best = self.checkpoint_best_modules
+            reward = np.mean(self.tracking_data.get("Reward / Total reward (mean)", -(2**31)))
+            if reward > best["reward"]:
+                best.update(timestep=timestep, reward=reward, saved=False)
+                best["modules"] = {
+                    uid: {name: self._best_state(module) for name, module in self.checkpoint_modules[uid].items()}
+                    for uid in self.possible_agents
+                }
+            self.write_checkpoint(timestep=timestep, timesteps=timesteps)
+        if timestep > 1 and self.write_interval > 0 and not timestep % self.write_interval:
+            self.write_tracking_data(timestep=timestep, timesteps=timesteps)
+
+    def _best_state(self, module: Any) -> Any:
+        if callable(getattr(module, "best_state_dict", None)):
+            return module.best_state_dict()
+        return copy.deepcopy(self._get_internal_value(module))
 
     # ------------------------------------------------------------------ infos
 
@@ -480,10 +623,15 @@ class GroupedMultiAgent(MultiAgent):
         clip: float,
         *,
         per_agent: bool = False,
-    ) -> None:
+        count: bool = False,
+    ) -> bool:
         """Scaled backward, gradients averaged over ranks, unscaled and clipped to global norm ``clip`` (when
         ``clip > 0``; with ``per_agent``, the norm of each agent's slice of stacked parameters), scaler step. The
-        caller runs ``self.scaler.update()`` once its iteration is complete."""
+        caller runs ``self.scaler.update()`` once its iteration is complete.
+
+        :return: With ``count`` and mixed precision, whether the optimiser stepped (the grad scaler skips a step with
+            inf/NaN gradients; two host reads); True otherwise.
+        """
         optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         distributed.all_reduce_gradients_(parameters)
@@ -491,7 +639,12 @@ class GroupedMultiAgent(MultiAgent):
             self.scaler.unscale_(optimizer)
             clip_grad_norm = clip_grad_norm_per_agent_ if per_agent else torch.nn.utils.clip_grad_norm_
             clip_grad_norm(parameters, clip)
+        if not (count and self.scaler.is_enabled()):
+            self.scaler.step(optimizer)
+            return True
+        before = optimizer_steps(optimizer)
         self.scaler.step(optimizer)
+        return optimizer_steps(optimizer) > before
 
     def _track_non_finite(self) -> None:
         if self.cfg.non_finite == "skip":
@@ -502,4 +655,13 @@ class GroupedMultiAgent(MultiAgent):
         return torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision)
 
 
-__all__ = ["AGENT_MASK_KEY", "Adam", "GroupedMultiAgent", "allowed_somewhere", "make_adam", "make_grad_scaler"]
+__all__ = [
+    "AGENT_MASK_KEY",
+    "Adam",
+    "GroupedMultiAgent",
+    "Progress",
+    "allowed_somewhere",
+    "make_adam",
+    "make_grad_scaler",
+    "optimizer_steps",
+]

@@ -38,6 +38,9 @@ SKRL_MODULES = frozenset(
 OUR_MARKER = "scaler"
 """A module every agent of ours writes and skrl's never do: a file without it is in skrl's format."""
 
+OPTIONAL_MODULES = frozenset({"progress"})
+"""Modules any file may lack (they start fresh): the steps completed, which older checkpoints do not hold."""
+
 IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable", "differentiable")
 """Optimiser options that say how the update runs, not what it computes: always the live optimiser's own."""
 
@@ -304,6 +307,7 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
         wanted = {name for name, module in agent.checkpoint_modules[uid].items() if module is not None}
         have = set(modules[uid])
         fresh = {name for name in wanted - have if name not in SKRL_MODULES} if skrl_format else set()
+        fresh |= wanted & OPTIONAL_MODULES - have  # files written before they existed: start from step 0
         if have - wanted or wanted - have - fresh:
             raise ValueError(
                 f"{owner}: {path} has modules {sorted(have)} for agent '{uid}' but this agent expects "

@@ -60,7 +60,7 @@ from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam
+from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, Progress, make_adam
 from skrl_marl_ext.agents.batched import (
     AgentOptimizerView,
     StackedPreprocessor,
@@ -71,7 +71,7 @@ from skrl_marl_ext.agents.batched import (
 from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
 from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.agents.recurrent import is_recurrent
-from skrl_marl_ext.agents.replay import JointReplay
+from skrl_marl_ext.agents.replay import JointReplay, ReplayState
 from skrl_marl_ext.agents.validation import call_model, dry_run, expect_shape
 from skrl_marl_ext.functional import gumbel_softmax_st, masked_mean, one_hot_actions, polyak_update_, td_target
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
@@ -103,6 +103,14 @@ _GROUP_FIELDS = (
     "gumbel_temperature",
     "policy_regularization",
 )
+
+
+@dataclasses.dataclass
+class MADDPGProgress(Progress):
+    """MADDPG's checkpoint module ``progress``: the steps completed and the gradient steps taken."""
+
+    gradient_steps: int = 0
+    """Gradient steps taken: the actors and the targets step when it is a multiple of ``cfg.policy_delay``."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -171,6 +179,7 @@ class MADDPG(GroupedMultiAgent):
     roles = ROLES
     group_fields = _GROUP_FIELDS
     group_class = MADDPGGroup
+    progress_class = MADDPGProgress
 
     def __init__(self, *, models: dict[str, dict[str, Model]], **kwargs: Any) -> None:
         self.roles = ROLES + TWIN_ROLES if self._twin_critics(models) else ROLES
@@ -194,8 +203,6 @@ class MADDPG(GroupedMultiAgent):
 
     def _set_up(self) -> None:
         self.cfg: MADDPG_CFG
-        self._policy_counter = 0
-        """Gradient steps taken: the actor and the targets step when it is a multiple of ``cfg.policy_delay``."""
         for uid in self.possible_agents:
             for role, model in self.models[uid].items():
                 if is_recurrent(model):
@@ -216,6 +223,17 @@ class MADDPG(GroupedMultiAgent):
         for group in self.groups:
             self._set_up_group(group)
         self._create_memory_tensors()
+        if self.cfg.checkpoint_replay:
+            for uid in self.possible_agents:
+                self.checkpoint_modules[uid]["replay"] = ReplayState(
+                    self.replay, uid, noises=self._noises(self.group_of[uid])
+                )
+
+    def _noises(self, group: MADDPGGroup) -> dict[str, Any]:
+        """The noise objects whose state a ``replay`` checkpoint module keeps (skrl's Ornstein-Uhlenbeck noise has
+        some; Gaussian noise none)."""
+        noises = {"exploration_noise": group.noise, "smooth_regularization_noise": self.cfg.smooth_regularization_noise}
+        return {name: noise for name, noise in noises.items() if noise is not None}
 
     # ------------------------------------------------------------------ construction
 
@@ -575,8 +593,9 @@ class MADDPG(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """From ``cfg.learning_starts`` on, ``cfg.gradient_steps`` gradient steps; then skrl's tracking/checkpoints."""
+    def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """From ``cfg.learning_starts`` on, ``cfg.gradient_steps`` gradient steps (the base then runs skrl's tracking
+        and checkpoints)."""
         if self.training and timestep >= self.cfg.learning_starts and len(self.replay):
             with ScopedTimer() as timer:
                 self._online_training_mode(True)
@@ -585,7 +604,6 @@ class MADDPG(GroupedMultiAgent):
                 self._online_training_mode(False)
             self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
             self._track_non_finite()
-        super().post_interaction(timestep=timestep, timesteps=timesteps)
 
     def _online_training_mode(self, enabled: bool) -> None:
         """Training mode of the policies and critics (the targets only ever evaluate)."""
@@ -593,13 +611,11 @@ class MADDPG(GroupedMultiAgent):
             for role in ("policy", *group.critic_roles):
                 group.models[role].enable_training_mode(enabled)
 
-    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+    def _update(self, *, timestep: int, timesteps: int, uid: str) -> None:
         """Run ``cfg.gradient_steps`` gradient steps (skrl's per-agent entry point).
 
         One batch of joint transitions serves every agent, so every group is updated, whichever ``uid`` is given.
         """
-        if uid not in self.group_of:
-            raise ValueError(f"{type(self).__name__}.update: unknown agent '{uid}'")
         for _ in range(self.cfg.gradient_steps):
             self._gradient_step()
 
@@ -813,9 +829,9 @@ class MADDPG(GroupedMultiAgent):
         joint_taken = self._joint(taken)
         joint_next, next_critic_states = self._next_joint_action(batch)
 
-        self._policy_counter += 1
-        policy_step = self._policy_counter % self.cfg.policy_delay == 0
-        stats = []
+        self.progress.gradient_steps += 1
+        policy_step = self.progress.gradient_steps % self.cfg.policy_delay == 0
+        stats, stepped = [], {}
         for group in self.groups:
             clip = group.cfg["grad_norm_clip"]
             critic_loss, c = self._critic_loss(
@@ -827,14 +843,28 @@ class MADDPG(GroupedMultiAgent):
             )
             per_agent = group.batched
             critic_parameters = group.parameters(*group.critic_roles)
-            self._optimizer_step(group.critic_optimizer, critic_loss, critic_parameters, clip, per_agent=per_agent)
+            critic_stepped = self._optimizer_step(
+                group.critic_optimizer,
+                critic_loss,
+                critic_parameters,
+                clip,
+                per_agent=per_agent,
+                count=group.critic_scheduler is not None,
+            )
             q, mask, big = c["q"], self._per_agent(group, batch, "agent_mask"), torch.finfo(torch.float32).max
-            q_pi = None
+            q_pi, policy_stepped = None, False
             if policy_step:
                 policy_loss, q_pi = self._actor_loss(group, batch, joint_taken=joint_taken)
-                self._optimizer_step(
-                    group.policy_optimizer, policy_loss, group.parameters("policy"), clip, per_agent=per_agent
+                policy_stepped = self._optimizer_step(
+                    group.policy_optimizer,
+                    policy_loss,
+                    group.parameters("policy"),
+                    clip,
+                    per_agent=per_agent,
+                    count=group.policy_scheduler is not None,
                 )
+            # a schedule counts the optimiser steps that happened (torch warns of a scheduler stepped before one)
+            stepped[group.index] = ((group.policy_scheduler, policy_stepped), (group.critic_scheduler, critic_stepped))
 
             with torch.no_grad():
                 stats.append(
@@ -857,8 +887,8 @@ class MADDPG(GroupedMultiAgent):
             for role in ("policy", *group.critic_roles) if policy_step else ():
                 target, online = group.parameters(f"target_{role}"), group.parameters(role)
                 polyak_update_(target=target, online=online, polyak=polyak)
-            for scheduler in (group.policy_scheduler, group.critic_scheduler):
-                if scheduler is not None:
+            for scheduler, optimizer_stepped in stepped[group.index]:
+                if scheduler is not None and optimizer_stepped:
                     scheduler.step()
         self._track(stats, policy_step=policy_step)
 

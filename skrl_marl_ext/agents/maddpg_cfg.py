@@ -35,6 +35,7 @@ class MADDPG_CFG(MarlCfg):
         "rewards_shaper",
         "mixed_precision",
         "batch_agent_models",
+        "checkpoint_replay",
     )
 
     gradient_steps: int = 2
@@ -64,9 +65,10 @@ class MADDPG_CFG(MarlCfg):
     """Learning rate of the critics' Adam optimisers (per agent)."""
 
     learning_rate_scheduler: type | tuple[type | None, type | None] | None | dict = None
-    """Learning rate scheduler class (per agent), e.g. a ``torch.optim.lr_scheduler`` class, stepped once per gradient
-    step as skrl's DDPG does. One class is used for both optimisers; a pair ``(actor, critic)`` gives each its own
-    (None for none)."""
+    """Learning rate scheduler class (per agent), e.g. a ``torch.optim.lr_scheduler`` class, stepped after each step
+    of its optimiser (the actor's only on the steps of ``policy_delay``; none for a step the grad scaler skipped), so
+    the schedule counts the steps that happened. One class is used for both optimisers; a pair ``(actor, critic)``
+    gives each its own (None for none)."""
 
     learning_rate_scheduler_kwargs: dict | tuple[dict, dict] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the scheduler (without ``optimizer``), or a pair ``(actor, critic)`` of them."""
@@ -127,8 +129,8 @@ class MADDPG_CFG(MarlCfg):
     policy_delay: int = 1
     """The actors and all target networks step once every ``policy_delay`` gradient steps; the critics every step
     (TD3's delayed policy update, skrl ``TD3_CFG``'s name; TD3 uses 2). One value for all agents. 1 (default): every
-    step, the MADDPG paper's. The count of gradient steps is not saved in checkpoints (as skrl's TD3): a resumed run
-    counts from 0."""
+    step, the MADDPG paper's. The count of gradient steps is saved in checkpoints (module ``progress``), so a resumed
+    run keeps the phase."""
 
     policy_regularization: float | None | dict[str, float | None] = 0.0
     """Weight of the mean square of a continuous policy's output before its ``tanh``
@@ -171,6 +173,11 @@ class MADDPG_CFG(MarlCfg):
     :class:`~skrl_marl_ext.ValueNorm` (or none). Gradients then reach the stacked tensors, not the models' own
     parameters (hooks registered on those see none). Off: the per-agent loop."""
 
+    checkpoint_replay: bool = False
+    """*New.* Save the replay memories' filled rows, write positions and the exploration noise's state in checkpoints
+    (module ``replay``), so a resumed run equals an uninterrupted one. Size: ``memory_size * num_envs`` rows of every
+    agent's stored widths (4 bytes a float, 1 a bool; docs/resume.md). Off: checkpoints hold no replay."""
+
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
             scheduler = self.learning_rate_scheduler[uid]
@@ -185,8 +192,9 @@ class MADDPG_CFG(MarlCfg):
     def validate(self, *, owner: str = "MADDPG") -> bool:
         """Check the value ranges; raise a ValueError naming the field and the accepted range."""
         check_choice(owner, "non_finite", self.non_finite, ("raise", "skip"))
-        if not isinstance(self.batch_agent_models, bool):
-            raise ValueError(f"{owner}: cfg.batch_agent_models must be True or False, got {self.batch_agent_models!r}")
+        for name in ("batch_agent_models", "checkpoint_replay"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{owner}: cfg.{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("batch_size", "gradient_steps", "policy_delay"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

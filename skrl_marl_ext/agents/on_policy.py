@@ -604,8 +604,8 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ updates
 
-    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """Advance the rollout; at its end update every group. Then skrl's tracking and checkpoints."""
+    def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Advance the rollout; at its end update every group (the base then runs skrl's tracking and checkpoints)."""
         if self.training:
             self._rollout_step += 1
             if self._rollout_step == self.cfg.rollouts:
@@ -618,9 +618,8 @@ class OnPolicyAgent(GroupedMultiAgent):
                     self.enable_models_training_mode(False)
                 self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
                 self._track_non_finite()
-        super().post_interaction(timestep=timestep, timesteps=timesteps)
 
-    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+    def _update(self, *, timestep: int, timesteps: int, uid: str) -> None:
         """Update the group that agent ``uid`` belongs to (skrl's per-agent entry point).
 
         The agent calls this itself at the end of each rollout; agents of one group are updated together.

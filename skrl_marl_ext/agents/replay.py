@@ -12,11 +12,15 @@ tensor, and each agent's memory holds its slice ``[k]`` as its tensor ``name`` (
 then written with two tensor ops per (name, width) and a batch read with one, whatever the number of agents (skrl's
 ``add_samples`` / ``sample_by_index`` per memory cost 9 ops per agent each); the memories' indexes advance as
 ``add_samples`` would advance them.
+
+Checkpoints (``MADDPG_CFG.checkpoint_replay``): :class:`ReplayState` is an agent's checkpoint module ``replay``, its
+memory's filled rows, write position and fill state, so a resumed run samples from the replay it stopped with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from skrl.memories.torch import Memory
@@ -203,3 +207,73 @@ class JointReplay:
                 for k, uid in enumerate(uids):
                     batch[uid][name] = sampled[k]
         return batch
+
+
+class ReplayState:
+    """Agent ``uid``'s part of the joint replay as a checkpoint module: its memory's filled rows ``{name: (rows,
+    num_envs, width)}`` (``memory_size`` rows once the memory has wrapped around, else the rows written), the write
+    position, whether it has wrapped, and the state of the noises given (skrl's ``OrnsteinUhlenbeckNoise`` keeps its
+    last sample; ``GaussianNoise`` has none)."""
+
+    def __init__(self, replay: JointReplay, uid: str, *, noises: dict[str, Any] | None = None) -> None:
+        self.replay, self.uid, self.noises = replay, uid, dict(noises or {})
+
+    def state_dict(self, *, rows: bool = True) -> dict[str, Any]:
+        """The state to save; without ``rows`` that of an empty replay (what ``best_agent.pt`` keeps)."""
+        memory = self.replay.memories[self.uid]
+        count = (memory.memory_size if memory.filled else memory.memory_index) if rows else 0
+        return {
+            "memory_index": int(memory.memory_index) if rows else 0,
+            "filled": bool(memory.filled) and rows,
+            # cloned: saving a view would write the whole storage tensor it belongs to (every agent's rows)
+            "tensors": {name: memory.tensors[name][:count].clone() for name in self.replay.names[self.uid]},
+            "noises": {name: _noise_state(noise) for name, noise in self.noises.items()},
+        }
+
+    def best_state_dict(self) -> dict[str, Any]:
+        """What skrl keeps of this module for ``best_agent.pt`` at a better checkpoint: an empty replay, not a deep copy
+        of the rows (loading ``best_agent.pt`` starts from an empty replay)."""
+        return self.state_dict(rows=False)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Write the saved rows into the memory and set its indexes (and the noises' state).
+
+        :raises ValueError: When the saved tensors are not this memory's (names, ``num_envs``, widths, more rows than
+            ``memory_size``).
+        """
+        memory = self.replay.memories[self.uid]
+        names, tensors = self.replay.names[self.uid], state["tensors"]
+        if set(tensors) != set(names):
+            raise ValueError(f"the replay holds tensors {sorted(tensors)} where this agent stores {sorted(names)}")
+        filled, index = bool(state["filled"]), int(state["memory_index"])
+        count = memory.memory_size if filled else index
+        for name in names:
+            saved, target = tensors[name], memory.tensors[name]
+            if saved.shape != (count, *target.shape[1:]) or count > memory.memory_size:
+                raise ValueError(
+                    f"the replay's '{name}' has shape {tuple(saved.shape)}, which does not fit this memory's "
+                    f"{tuple(target.shape)} (memory_size, num_envs, width); build the memories with the memory_size "
+                    "and num_envs of the run that wrote the checkpoint"
+                )
+        for name in names:
+            target = memory.tensors[name]
+            target[:count].copy_(tensors[name])
+            target[count:].fill_(float("nan") if torch.is_floating_point(target) else 0)
+        memory.memory_index, memory.env_index, memory.filled = index, 0, filled
+        for name, noise in self.noises.items():
+            _load_noise_state(noise, state.get("noises", {}).get(name, {}))
+
+
+def _noise_state(noise: Any) -> dict[str, Any]:
+    """A noise's ``state_dict()`` if it has one, else its tensor ``state`` (skrl's Ornstein-Uhlenbeck noise)."""
+    if callable(getattr(noise, "state_dict", None)):
+        return noise.state_dict()
+    state = getattr(noise, "state", None)
+    return {"state": state.clone()} if torch.is_tensor(state) else {}
+
+
+def _load_noise_state(noise: Any, state: dict[str, Any]) -> None:
+    if callable(getattr(noise, "load_state_dict", None)):
+        noise.load_state_dict(state)
+    elif hasattr(noise, "state"):  # skrl's Ornstein-Uhlenbeck noise starts from 0
+        noise.state = state["state"].clone() if "state" in state else 0
