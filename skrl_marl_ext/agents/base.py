@@ -35,6 +35,7 @@ from skrl_marl_ext.agents.batched import StackedPreprocessor, clip_grad_norm_per
 from skrl_marl_ext.agents.checkpoint import load_checkpoint
 from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
+from skrl_marl_ext.agents.inputs import InputCheck
 from skrl_marl_ext.agents.validation import check_agent_inputs
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
@@ -161,6 +162,7 @@ class GroupedMultiAgent(MultiAgent):
         self._device_type = torch.device(self.device).type
         self.groups = self._build_groups()
         self.group_of = {uid: group for group in self.groups for uid in group.uids}
+        self._input_check = InputCheck.of(self)  # act and record_transition: every step the first's shapes
         # one grad scaler for every optimiser of the agent
         self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
         self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
@@ -308,6 +310,7 @@ class GroupedMultiAgent(MultiAgent):
             ``outputs["mean_actions"]`` also holds ``{agent: deterministic actions}`` (mean or greedy), where skrl's
             trainers look for them (skrl 2.1.1's multi-agents never put them there, so their evaluation samples).
         """
+        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
         actions, outputs, deterministic = {}, {}, {}
         with torch.no_grad():
             for group in self.groups:
@@ -358,6 +361,7 @@ class GroupedMultiAgent(MultiAgent):
         Parameters are skrl's: ``{agent: tensor}`` dicts, rewards/terminated/truncated of shape ``(num_envs, 1)``.
         """
         step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
         super().record_transition(**step)
         infos = self._infos(infos)
         acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
