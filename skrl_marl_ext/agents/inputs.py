@@ -97,20 +97,20 @@ class InputCheck:
             self.reset()
         for argument, kind in INPUTS:
             tensors = inputs.get(argument)
-            if not tensors or not isinstance(tensors, dict):
+            if not isinstance(tensors, dict) or not tensors:
                 continue
             agents, values = tuple(tensors), tuple(tensors.values())
             last = self.last.get(kind)
             if last is not None and last[0] == agents and all(map(operator.is_, last[1], values)):
                 continue  # the very tensors accepted last (observations acted on are the last next_observations)
             first = values[0]
-            if all(map(operator.is_, values, repeat(first))):  # one tensor for all (a shared state), or all None
-                signature = (agents, None if first is None else _META(first))
-            else:
-                try:
+            try:
+                if all(map(operator.is_, values, repeat(first))):  # one tensor for all (a shared state), or all None
+                    signature = (agents, None if first is None else _META(first))
+                else:
                     signature = (agents, list(map(_META, values)))
-                except AttributeError:  # None for some agent (absent): the agent-by-agent path skips it
-                    signature = None
+            except AttributeError:  # None for some agent (absent), or not a tensor: agent by agent
+                signature = None
             if signature is None or signature != self.accepted.get(argument):
                 self._diagnose(argument, kind, tensors, timestep)
                 self.accepted[argument] = signature
