@@ -123,24 +123,25 @@ class InputCheck:
                 continue  # an absent agent, no state; a key that is no agent's (or states an agent does not read)
             what = f"{argument}['{uid}']"
             expected = self.expected.get((kind, uid))
-            if expected is None:
+            if expected is None or not torch.is_tensor(x):
                 self._first(argument, kind, uid, x, timestep)
                 continue
             shape, dtype, first_argument, first_step = expected
             if x.shape == shape and x.dtype == dtype:
                 continue
             first = f"{first_argument}['{uid}']"
-            if x.shape[:1] != shape[:1]:
+            rows, first_rows = (x.shape[0] if x.dim() else 1), (shape[0] if shape else 1)
+            if rows != first_rows:
                 raise ValueError(
-                    f"{self.owner}: {what} has {x.shape[0]} rows (num_envs) at timestep {timestep}, shape "
-                    f"{tuple(x.shape)}, where the first step gave {shape[0]} ({first} of shape {tuple(shape)} at "
+                    f"{self.owner}: {what} has {rows} rows (num_envs) at timestep {timestep}, shape "
+                    f"{tuple(x.shape)}, where the first step gave {first_rows} ({first} of shape {tuple(shape)} at "
                     f"timestep {first_step}); {self._fix(kind, 'number of envs')}"
                 )
             if x.shape != shape:
                 raise ValueError(
                     f"{self.owner}: {what} has shape {tuple(x.shape)} at timestep {timestep}, expected "
-                    f"{tuple(shape)}: {self._fix(kind, 'shapes')}; the first step gave {first} of shape {tuple(shape)} (timestep "
-                    f"{first_step})"
+                    f"{tuple(shape)}: {self._fix(kind, 'shapes')}; the first step gave {first} of shape "
+                    f"{tuple(shape)} (timestep {first_step})"
                 )
             raise ValueError(
                 f"{self.owner}: {what} has dtype {x.dtype} at timestep {timestep}, expected {dtype}: "
@@ -156,7 +157,7 @@ class InputCheck:
     def _first(self, argument: str, kind: str, uid: str, x: Any, timestep: int) -> None:
         """Check the first tensor seen of an agent's input against the agent's spaces and the step's num_envs."""
         what = f"{argument}['{uid}']"
-        if not torch.is_tensor(x) or x.dim() == 0:
+        if not torch.is_tensor(x) or (x.dim() == 0 and kind in SPACES):  # a 0-d reward or flag: one env
             got = f"shape {tuple(x.shape)}" if torch.is_tensor(x) else f"a {type(x).__name__}"
             raise ValueError(
                 f"{self.owner}: {what} is {got} at timestep {timestep}; expected a torch tensor of shape "
@@ -179,11 +180,12 @@ class InputCheck:
                 f"{self.owner}: {what} has shape {tuple(x.shape)} at timestep {timestep}, expected (num_envs, 1) or "
                 f"(num_envs,): one {name} per env (skrl's env wrappers give (num_envs, 1))"
             )
+        rows = x.shape[0] if x.dim() else 1
         if self.num_envs is None:
-            self.num_envs = (x.shape[0], what)
-        elif x.shape[0] != self.num_envs[0]:
+            self.num_envs = (rows, what)
+        elif rows != self.num_envs[0]:
             raise ValueError(
-                f"{self.owner}: {what} has {x.shape[0]} rows (num_envs) at timestep {timestep}, shape "
+                f"{self.owner}: {what} has {rows} rows (num_envs) at timestep {timestep}, shape "
                 f"{tuple(x.shape)}, where {self.num_envs[1]} had {self.num_envs[0]}; every input must have one row per "
                 "env, the same num_envs every step"
             )
