@@ -42,6 +42,7 @@ from skrl_marl_ext.agents.batched import StackedPreprocessor, clip_grad_norm_per
 from skrl_marl_ext.agents.checkpoint import load_checkpoint
 from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
+from skrl_marl_ext.agents.inputs import InputCheck
 from skrl_marl_ext.agents.validation import check_agent_inputs
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
@@ -198,6 +199,7 @@ class GroupedMultiAgent(MultiAgent):
         self._device_type = torch.device(self.device).type
         self.groups = self._build_groups()
         self.group_of = {uid: group for group in self.groups for uid in group.uids}
+        self._input_check = InputCheck.of(self)  # act and record_transition: every step the first's shapes
         # one grad scaler for every optimiser of the agent
         self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
         self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
@@ -391,6 +393,7 @@ class GroupedMultiAgent(MultiAgent):
             trainers look for them (skrl 2.1.1's multi-agents never put them there, so their evaluation samples).
         """
         timestep, timesteps = self._shift(timestep, timesteps)
+        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
         actions, outputs, deterministic = {}, {}, {}
         with torch.no_grad():
             for group in self.groups:
@@ -442,6 +445,7 @@ class GroupedMultiAgent(MultiAgent):
         """
         timestep, timesteps = self._shift(timestep, timesteps)
         step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
         super().record_transition(**step)
         infos = self._infos(infos)
         acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
