@@ -1,6 +1,7 @@
 """Behaviour of the shared MAPPO/IPPO core: critics, groups, masks, evaluation, checkpoints, configs."""
 
 import dataclasses
+import warnings
 
 import gymnasium
 import pytest
@@ -309,6 +310,28 @@ def test_learning_rate_pair_kl_adaptive_scheduler_and_kl_early_stop():
     stopped.groups[0].optimizer.register_step_post_hook(lambda *a: steps.append(1))
     drive(stopped, env, 4)
     assert 1 <= len(steps) < 8 * SMALL["mini_batches"]
+
+
+def test_scheduler_counts_only_epochs_whose_optimizer_stepped(tmp_path):
+    # with input statistics refreshed before the epochs the first mini-batch's KL is above a tiny threshold: the
+    # update stops before any optimiser step, so the schedule must not move (torch warns when it does)
+    env = spread(num_envs=4)
+    cfg = dict(
+        SMALL,
+        kl_threshold=1e-12,
+        observation_preprocessor=RunningStandardScaler,
+        learning_rate_scheduler=torch.optim.lr_scheduler.StepLR,
+        learning_rate_scheduler_kwargs={"step_size": 1, "gamma": 0.5},
+    )
+    agent = make_agent(env, cfg=cfg)
+    steps = []
+    agent.groups[0].optimizer.register_step_post_hook(lambda *a: steps.append(1))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*lr_scheduler.step.*before.*optimizer.step")
+        drive(agent, env, SMALL["rollouts"])
+    agent.save(str(tmp_path / "agent.pt"))
+    scheduler = torch.load(tmp_path / "agent.pt", weights_only=True)["agent_0"]["scheduler"]
+    assert not steps and scheduler["last_epoch"] == 0
 
 
 def test_mixed_precision_on_cpu_trains_with_finite_parameters():

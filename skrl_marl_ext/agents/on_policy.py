@@ -36,7 +36,7 @@ from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam
+from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam, optimizer_steps
 from skrl_marl_ext.agents.batched import (
     AgentOptimizerView,
     StackedPreprocessor,
@@ -781,7 +781,7 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     def _epochs(self, group: OnPolicyGroup, data: TrainingData) -> tuple[torch.Tensor, int]:
         """``cfg.learning_epochs`` passes over the rollout in mini-batches (early stop on the KL when configured);
-        the scheduler steps once per epoch. :return: the summed per-agent statistics ``(6, G)`` and the step count."""
+        the scheduler steps once per epoch in which the optimiser stepped. :return: the summed per-agent statistics ``(6, G)`` and the step count."""
         sums = torch.zeros(6, group.size, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
         updates = 0
         b = group.rollout
@@ -789,8 +789,10 @@ class OnPolicyAgent(GroupedMultiAgent):
         if group.sequence_length > 1:  # mini-batches of whole sequences
             sequences = sequence_indexes(b.rollouts, b.num_envs, group.sequence_length, device=self.device)
         shuffle = group.cfg["mini_batch_order"] == "shuffled"
+        amp = self.scaler.is_enabled()
         for _ in range(group.cfg["learning_epochs"]):
-            epoch_kl, stop = [], False
+            epoch_kl, stop, epoch_start = [], False, updates
+            steps_before = optimizer_steps(group.optimizer) if amp and group.scheduler is not None else 0
             if sequences is None:
                 samples = b.rollouts * b.num_envs
                 batches = mini_batch_indexes(samples, group.mini_batches, device=self.device, shuffle=shuffle)
@@ -803,7 +805,9 @@ class OnPolicyAgent(GroupedMultiAgent):
                     break
                 epoch_kl.append(kl)
                 updates += 1
-            if group.scheduler is not None:
+            # the schedule counts only epochs whose optimiser stepped (a KL stop or grad-scaler skips may leave none)
+            stepped = updates > epoch_start and (not amp or optimizer_steps(group.optimizer) > steps_before)
+            if group.scheduler is not None and stepped:
                 if isinstance(group.scheduler, KLAdaptiveLR):
                     mean_kl = distributed.all_reduce_mean_(torch.stack(epoch_kl).mean()) if epoch_kl else None
                     group.scheduler.step(mean_kl.item() if mean_kl is not None else None)
