@@ -14,6 +14,8 @@ Additions, all optional in the YAML:
 - Recurrent models for MAPPO/IPPO: ``PolicyRNN`` (``GaussianRNN`` for Box actions, ``CategoricalRNN`` for Discrete),
   ``GaussianRNN``, ``CategoricalRNN`` and ``ValueRNN``, with ``cell: gru|lstm``, ``hidden_size``, ``num_layers`` and
   ``sequence_length`` (``agent: rollouts`` must be a multiple of it).
+- ``value_preprocessor: ValueNorm`` (the MAPPO paper's value normaliser, :class:`~skrl_marl_ext.ValueNorm`), resolved
+  beside skrl's ``RunningStandardScaler``.
 - ``models: share_across_agents: true``: agents with equal observation, state and action spaces get the *same* model
   objects (parameter sharing), which this package's agents train as one batch.
 - MADDPG: the ``critic`` (and ``target_critic``) models are built with ``state_space`` the env's state space (the
@@ -49,6 +51,7 @@ from skrl_marl_ext.models import (
     ValueRNN,
     joint_action_space,
 )
+from skrl_marl_ext.preprocessors import ValueNorm
 
 ALGORITHM_NAMES = ("mappo", "ippo", "maddpg")
 """Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
@@ -159,6 +162,17 @@ class Runner(SkrlRunner):
         self._algorithm = name
         self._classes = load_algorithm(name)
         super().__init__(env, cfg, verbose=verbose)
+
+    def _process_cfg(self, cfg: dict) -> dict:
+        """skrl's, with ``ValueNorm`` as a preprocessor name (skrl evaluates those names in its own module)."""
+        if isinstance(cfg, dict):
+            names = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
+            if any(str(cfg.get(name)).strip() == "ValueNorm" for name in names):
+                cfg = dict(cfg)
+                for name in names:
+                    if str(cfg.get(name)).strip() == "ValueNorm":
+                        cfg[name] = ValueNorm
+        return super()._process_cfg(cfg)
 
     def _component(self, name: str) -> Any:
         key = name.lower()

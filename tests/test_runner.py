@@ -12,7 +12,7 @@ from skrl.multi_agents.torch.mappo import MAPPO as SkrlMAPPO
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 
-from skrl_marl_ext import IPPO, MAPPO
+from skrl_marl_ext import IPPO, MAPPO, ValueNorm
 from skrl_marl_ext.envs import EpisodeRecorder, SpreadEnv, make_pettingzoo_env, make_spread_env
 from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP, GaussianMLP
 from skrl_marl_ext.runner import Runner, load_algorithm
@@ -72,6 +72,21 @@ def test_ippo_yaml_on_batched_mpe_shares_models_and_trains():
     runner.run("train")
     assert not torch.equal(before, _params(policy))
     assert len(env.episodes) == 4 * 4  # 4 copies x 4 episodes of 25 steps
+
+
+def test_value_norm_is_resolved_by_name_in_a_yaml(tmp_path):
+    env = make_spread_env(num_envs=4, num_agents=2, continuous=True, seed=0)
+    cfg = _cfg(os.path.join(CONFIGS, "mappo.yaml"))
+    cfg["agent"].update(value_preprocessor="ValueNorm", value_preprocessor_kwargs=None)
+    cfg["agent"]["experiment"].update(directory=str(tmp_path), write_interval=0, checkpoint_interval=0)
+    cfg["trainer"].update(timesteps=2 * cfg["agent"]["rollouts"], disable_progressbar=True)
+    runner = Runner(env, cfg)
+    assert runner.agent.cfg.value_preprocessor["agent_0"] is ValueNorm
+    runner.run("train")
+    path = tmp_path / "agent.pt"
+    runner.agent.save(str(path))
+    norm = torch.load(path, weights_only=True)["agent_0"]["value_preprocessor"]
+    assert set(norm) >= {"running_mean"} and float(norm["debiasing_term"]) > 0  # its statistics moved
 
 
 def test_package_defaults_pick_policy_classes_by_action_space():
