@@ -13,7 +13,7 @@ from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-import skrl_marl_ext.agents.on_policy as on_policy
+import skrl_marl_ext.algorithms.mappo as on_policy
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
 from skrl_marl_ext.agents.base import make_adam
 from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_

@@ -478,7 +478,7 @@ def test_config_fields_all_have_docstrings_and_defaults():
 
 def _recorded_mini_batches(monkeypatch, order, *, algo="mappo", epochs=2):
     """The sample indexes of every mini-batch the agent trained on in its first update (one list per epoch)."""
-    from skrl_marl_ext.agents import on_policy
+    from skrl_marl_ext.algorithms import mappo as on_policy
 
     seen = []
     batch = on_policy.TrainingData.batch

@@ -16,6 +16,7 @@ from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from skrl.trainers.torch import SequentialTrainer
 
 from skrl_marl_ext.agents.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
+from skrl_marl_ext.algorithms import mappo as algorithm
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, ValueRNN
 
@@ -60,9 +61,10 @@ def first_mini_batch_log_probs(agent):
         per_update = group.cfg["learning_epochs"] * group.mini_batches
         if count["n"] % per_update == 0:
             rec = group.recurrent
-            inputs = agent._policy_inputs(
-                batch["observations"].reshape(-1, batch["observations"].shape[-1]), None, None
-            )
+            inputs = {
+                "observations": batch["observations"].reshape(-1, batch["observations"].shape[-1]),
+                "states": None,
+            }
             inputs["taken_actions"] = batch["actions"].reshape(-1, batch["actions"].shape[-1])
             if rec is not None:
                 inputs.update(rec.batch_inputs(batch, "policy"))
@@ -93,7 +95,7 @@ def test_re_evaluation_matches_acting(cell, shared, algo, doc):
     torch.manual_seed(0)
     env = spread(num_envs=6, num_agents=3, agent_masks=True)
     agent = make_agent(env, algo, cfg=CFG, models=rnn_models(env, cell=cell, shared=shared, algo=algo, doc=doc))
-    assert all(g.sequence_length == 4 for g in agent.groups)
+    assert all(g.recurrent.sequence_length == 4 for g in agent.groups)
     seen = first_mini_batch_log_probs(agent)
     drive(agent, env, 64)
     assert len(seen) == 4 * len(agent.groups)
@@ -130,20 +132,21 @@ def test_hidden_states_reset_where_episodes_end_and_agents_are_masked():
     assert checked > 0
 
 
-def test_bootstrap_uses_the_hidden_state_after_the_last_step():
+def test_bootstrap_uses_the_hidden_state_after_the_last_step(monkeypatch):
     """The last value of GAE is V(next observation | hidden state after the rollout's last step), replayed by hand."""
     torch.manual_seed(0)
     env = spread(num_envs=3, num_agents=2, episode_length=6)
     cfg = {**CFG, "rollouts": 8}
     agent = make_agent(env, "ippo", cfg=cfg, models=rnn_models(env, algo="ippo", length=8))
     captured = {}
-    original = agent._last_values
+    original = algorithm.compute_gae
 
-    def spy(group):  # the value model as the bootstrap saw it (the update changes it next)
-        captured[group.index] = (original(group), copy.deepcopy(group.value))
-        return captured[group.index][0]
+    def spy(**kwargs):  # groups are updated in order; the value model as GAE saw it (the update changes it next)
+        group = agent.groups[len(captured)]
+        captured[group.index] = (kwargs["next_values"][-1].clone(), copy.deepcopy(group.value))
+        return original(**kwargs)
 
-    agent._last_values = spy
+    monkeypatch.setattr(algorithm, "compute_gae", spy)
     drive(agent, env, 8)
     for group in agent.groups:
         b, (last_values, value) = group.rollout, captured[group.index]

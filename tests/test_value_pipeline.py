@@ -25,7 +25,7 @@ from skrl.models.torch import DeterministicMixin, Model
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 
 from skrl_marl_ext import IPPO, MAPPO, ValueNorm
-from skrl_marl_ext.agents import on_policy
+from skrl_marl_ext.algorithms import mappo as on_policy
 from skrl_marl_ext.keys import FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 from skrl_marl_ext.models import GaussianMLP
 
@@ -158,6 +158,14 @@ def test_truncated_step_bootstraps_from_the_final_observation_or_from_s_t(monkey
     torch.testing.assert_close(kwargs["next_values"][2], torch.full_like(returns[2], bootstrap))
     # elsewhere the next value is the next step's: V(1) at t = 0
     torch.testing.assert_close(kwargs["next_values"][0], torch.full_like(returns[0], 1.0))
+
+
+def model_rows(group, obs, states):
+    """What the agent feeds a group's models: inputs ``(G, N, size)`` (a shared state ``(1, N, size)``) through the
+    group's preprocessors, as agent-major rows ``(G * N, size)``."""
+    obs = group.preprocess("observation", obs, agent_dim=0)
+    states = group.preprocess("state", states, agent_dim=0).expand(group.size, -1, -1)
+    return obs.reshape(-1, obs.shape[-1]), states.reshape(-1, states.shape[-1])
 
 
 def test_without_time_limit_bootstrap_a_truncated_step_is_terminal(monkeypatch):
@@ -319,7 +327,7 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
         for uid in group.uids:
             scaler = agent.checkpoint_modules[uid]["observation_preprocessor"]  # the agent's own (or its group's)
             assert int(scaler.current_count) == 1 + (update + 1) * T * N
-        obs, st = agent._preprocess(group, b.flat("observations"), b.flat("states"))
+        obs, st = model_rows(group, b.flat("observations"), b.flat("states"))
         with torch.no_grad():
             inputs = {
                 "observations": obs,
@@ -367,11 +375,11 @@ def test_mixed_precision_values_are_the_fp32_denormalisation_of_the_critics_outp
     def recompute_critic(call, kwargs):
         # the critic's output for every stored step, recomputed under autocast as act() computed it (same batch shape)
         group = agent.groups[call]
-        b = group.buffers
+        b = group.rollout.tensors
         rows = []
         with torch.no_grad(), torch.autocast(device_type="cpu", enabled=True):
             for t in range(b["observations"].shape[0]):
-                obs, st = agent._model_rows(group, b["observations"][t], b["states"][t])  # stored normalised
+                obs, st = model_rows(group, b["observations"][t], b["states"][t])
                 raw, _ = group.act("value", {"observations": obs, "states": st})
                 rows.append(raw.float().view(b["values"][t].shape))
         recomputed[call] = torch.stack(rows)

@@ -23,7 +23,13 @@ import gymnasium
 import torch
 from skrl.models.torch import Model
 
-from skrl_marl_ext.agents.batched import StackedModel, act_together, stack_signature
+from skrl_marl_ext.agents.batched import (
+    StackedModel,
+    StackedPreprocessor,
+    act_together,
+    stack_signature,
+    update_preprocessor,
+)
 from skrl_marl_ext.agents.config import MarlCfg
 from skrl_marl_ext.preprocessors import identity
 
@@ -54,29 +60,26 @@ class AgentGroup:
     stacked: dict[str, StackedModel] = dataclasses.field(default_factory=dict)
     """Of a batched group: each role's stacked models (built by :meth:`stack_models`)."""
 
-    @property
-    def batched(self) -> bool:
-        """Whether the agents have models of their own, run as one batch (each agent its own loss)."""
-        return self.agent_models is not None
+    size: int = dataclasses.field(init=False, default=0)
+    """``G``: the number of agents."""
+    batched: bool = dataclasses.field(init=False, default=False)
+    """Whether the agents have models of their own, run as one batch (each agent its own loss)."""
+    discrete: bool = dataclasses.field(init=False, default=False)
+    """Whether the action space is ``Discrete``."""
+    id_size: int = dataclasses.field(init=False, default=0)
+    """Number of one-hot agent-id entries appended to the model inputs (0 when off or for a group of one)."""
+
+    def __post_init__(self) -> None:
+        self.size = len(self.uids)
+        self.batched = self.agent_models is not None
+        self.discrete = isinstance(self.action_space, gymnasium.spaces.Discrete)
+        shared = self.cfg.get("agent_id_input") and self.size > 1 and not self.batched
+        self.id_size = self.size if shared else 0
 
     def stack_models(self) -> None:
         """Stack a batched group's models (their parameters become views of the stack)."""
         if self.batched and not self.stacked:
             self.stacked = {role: StackedModel(models) for role, models in self.agent_models.items()}
-
-    @property
-    def size(self) -> int:
-        return len(self.uids)
-
-    @property
-    def id_size(self) -> int:
-        """Number of one-hot agent-id entries appended to the model inputs (0 when off or for a group of one)."""
-        shared = self.cfg.get("agent_id_input") and self.size > 1 and not self.batched
-        return self.size if shared else 0
-
-    @property
-    def discrete(self) -> bool:
-        return isinstance(self.action_space, gymnasium.spaces.Discrete)
 
     @property
     def num_actions(self) -> int:
@@ -85,7 +88,9 @@ class AgentGroup:
 
     def act(self, role: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """Call the model of ``role`` on the group's stacked rows ``(G * n, ...)`` (skrl's ``Model.act``)."""
-        return self.act_many((role, inputs))[0]
+        if self.stacked:
+            return act_together([(self.stacked[role], inputs, role)])[0]
+        return self.models[role].act(inputs, role=role)
 
     def act_many(self, *calls: tuple[str, dict[str, Any]]) -> list[tuple[torch.Tensor, dict[str, Any]]]:
         """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one
@@ -93,6 +98,23 @@ class AgentGroup:
         if self.stacked:
             return act_together([(self.stacked[role], inputs, role) for role, inputs in calls])
         return [self.models[role].act(inputs, role=role) for role, inputs in calls]
+
+    def preprocess(self, kind: str, x: torch.Tensor, *, agent_dim: int, inverse: bool = False) -> torch.Tensor:
+        """``x`` (the agents along ``agent_dim``) through the group's ``<kind>_preprocessor`` (``inverse``: back to
+        the original scale): each agent's own statistics in a batched group, one statistic for all rows otherwise."""
+        preprocessor = getattr(self, f"{kind}_preprocessor")
+        if preprocessor is identity:
+            return x
+        if isinstance(preprocessor, StackedPreprocessor):
+            return preprocessor(x, agent_dim=agent_dim, inverse=inverse)
+        if inverse:
+            return preprocessor(x, inverse=True)
+        return preprocessor(x.reshape(-1, x.shape[-1])).view(x.shape)
+
+    def update_statistics(self, kind: str, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
+        """Fold the unmasked rows of ``x`` (agents along ``agent_dim``) into the ``<kind>_preprocessor``'s
+        statistics: each agent's own in a batched group, all rows into one otherwise."""
+        update_preprocessor(getattr(self, f"{kind}_preprocessor"), x, mask, agent_dim=agent_dim)
 
     def parameters(self, *roles: str) -> list[torch.nn.Parameter]:
         """The parameters of the models of ``roles`` (all roles when none), each once; of a batched group the
@@ -114,8 +136,29 @@ class AgentGroup:
         return list({id(m): m for m in models}.values())
 
     def stack(self, tensors: dict[str, torch.Tensor] | None, out: torch.Tensor | None = None) -> torch.Tensor | None:
-        """The group's agents' tensors stacked ``(G, n, size)`` (see :func:`stack_agents`)."""
-        return stack_agents(tensors, self.uids, out)
+        """The agents' tensors stacked ``(G, N, size)``, zeros for agents absent from the dict.
+
+        :param tensors: ``{agent: (N, size)}``; may lack agents (they are zero-filled) or be None.
+        :param out: Preallocated ``(G, N, size)`` destination (dtype converted when it differs).
+        :return: The stacked tensor (``out`` when given), or None when no agent of the group is present.
+        """
+        items = [tensors.get(uid) if tensors else None for uid in self.uids]
+        if out is None:
+            like = next((x for x in items if x is not None), None)
+            if like is None:
+                return None
+            if len(items) == 1:
+                return like.unsqueeze(0)
+            items = [x if x is not None else torch.zeros_like(like) for x in items]
+            return torch.stack(items)
+        if all(x is not None and x.dtype == out.dtype for x in items):
+            return torch.stack(items, out=out)
+        for i, x in enumerate(items):
+            if x is None:
+                out[i].zero_()
+            else:
+                out[i].copy_(x.reshape(out[i].shape))
+        return out
 
 
 def group_agents(

@@ -1,51 +1,39 @@
-"""The on-policy core shared by MAPPO and IPPO: acting, recording and the PPO update.
+"""MAPPO and IPPO: PPO per agent (Schulman et al. 2017) with a centralised or an independent critic.
 
-MAPPO and IPPO are one algorithm (PPO per agent, Schulman et al. 2017) whose critics read what their value models
-choose to read: the global state (MAPPO, Yu et al. 2022, https://arxiv.org/abs/2103.01955) or the agent's own
-observation (IPPO, de Witt et al. 2020, https://arxiv.org/abs/2011.09533). Both agents feed every model the agent's
-observation under ``"observations"`` and the env's state under ``"states"``, as skrl's do.
+MAPPO's critic reads the global state (Yu et al. 2022, https://arxiv.org/abs/2103.01955); IPPO's reads what its value
+model chooses, usually the agent's own observation (de Witt et al. 2020, https://arxiv.org/abs/2011.09533). Both feed
+every model the agent's observation under ``"observations"`` and the env's state under ``"states"``, as skrl's do.
 
-Where each concern lives:
+The file reads in skrl's lifecycle order: construction, ``init``, ``act`` (one forward pass per group; it stores
+nothing), ``record_transition`` (the only writer of the rollout), ``post_interaction`` and ``update``, then the
+update's phases: bootstrap and GAE -> statistics -> epochs of mini-batches -> tracking.
 
-- :mod:`~skrl_marl_ext.agents.base`: the lifecycle every agent shares (config, checks, groups, infos, outputs,
-  checkpoints, the optimiser step);
-- this module: ``act`` (one forward pass per group; it decides and stores nothing), ``record_transition`` (the only
-  writer of the rollout: the raw inputs, the decision, the env's answer, masks, the time-limit bootstrap value), and
-  the update: bootstrap -> GAE -> value and input statistics -> epochs of mini-batches;
-- :mod:`~skrl_marl_ext.agents.rollout`: the rollout buffer, the non-finite scan and the mini-batch indexes;
-- :mod:`skrl_marl_ext.functional`: GAE and the PPO loss as a dict of its terms.
-
-A group of ``G`` agents (agents that share their models, or a batched group of agents with models of their own; see
-:mod:`~skrl_marl_ext.agents.groups`) stacks its inputs agent-major into ``(G * num_envs, size)`` rows, stores its
-rollout as ``(rollouts, G, num_envs, size)`` tensors, runs GAE once and takes one loss and one optimiser step per
-mini-batch for all its agents (of a batched group: the sum of each agent's own mean loss, each agent's gradient clipped
-on its own, each agent's preprocessor statistics its own).
+Layouts, named once: a group of ``G`` agents acting in ``N`` envs stacks a step's inputs as ``(G, N, size)`` (a state
+the whole group shares as ``(1, N, size)``) and calls its models on agent-major rows ``(G * N, size)``; its rollout
+is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.agents.rollout`); the update reads it per agent as ``(G, T * N, width)``
+and a mini-batch as ``(G, B, width)``. Recurrent hidden states and action masks enter at the places marked
+``# recurrent`` and ``# masks``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from skrl.models.torch import CategoricalMixin
+from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.schedulers.torch import KLAdaptiveLR
-from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam, optimizer_steps
-from skrl_marl_ext.agents.batched import (
-    AgentOptimizerView,
-    StackedPreprocessor,
-    apply_preprocessor,
-    stackable_preprocessor,
-    update_preprocessor,
-)
+from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedPreprocessor, stackable_preprocessor
 from skrl_marl_ext.agents.checkpoint import OptimizerCheckpoint
-from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
+from skrl_marl_ext.agents.groups import AgentGroup
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
 from skrl_marl_ext.agents.recurrent import (
     RESET_KEY,
@@ -70,6 +58,7 @@ from skrl_marl_ext.keys import (
     AGENT_MASK_KEY,
     FINAL_OBSERVATIONS_KEY,
     FINAL_STATES_KEY,
+    MEAN_ACTIONS_KEY,
 )
 from skrl_marl_ext.models.agent_id import append_agent_id
 from skrl_marl_ext.preprocessors import identity
@@ -92,6 +81,9 @@ GROUP_FIELDS = (
 )
 """Per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)."""
 
+LOSS_FIELDS = ("ratio_clip", "value_clip", "huber_delta", "value_loss_scale", "entropy_loss_scale")
+"""The config fields that are keyword arguments of :func:`~skrl_marl_ext.functional.ppo_loss`."""
+
 
 @dataclasses.dataclass(eq=False)
 class OnPolicyGroup(AgentGroup):
@@ -111,33 +103,8 @@ class OnPolicyGroup(AgentGroup):
     recurrent: RecurrentState | None = None
     """Hidden states of recurrent models (:mod:`~skrl_marl_ext.agents.recurrent`); None when no model is."""
 
-    @property
-    def sequence_length(self) -> int:
-        return self.recurrent.sequence_length if self.recurrent is not None else 1
-
     policy = property(lambda self: self.models["policy"])
     value = property(lambda self: self.models["value"])
-
-    @property
-    def gae_options(self) -> dict[str, Any]:
-        """The group's keyword arguments of :func:`~skrl_marl_ext.functional.compute_gae` from its config."""
-        cfg = self.cfg
-        return {
-            "discount_factor": cfg["discount_factor"],
-            "lambda_coefficient": cfg["gae_lambda"],
-            "time_limit_bootstrap": cfg["time_limit_bootstrap"],
-        }
-
-    @property
-    def loss_options(self) -> dict[str, float]:
-        """The group's coefficients of :func:`~skrl_marl_ext.functional.ppo_loss` from its config."""
-        names = ("ratio_clip", "value_clip", "huber_delta", "value_loss_scale", "entropy_loss_scale")
-        return {name: self.cfg[name] for name in names}
-
-    @property
-    def buffers(self) -> dict[str, torch.Tensor]:
-        """The rollout's tensors ``{name: (T, rows, N, width)}`` (empty before the first recorded step)."""
-        return self.rollout.tensors if self.rollout is not None else {}
 
 
 @dataclasses.dataclass
@@ -145,15 +112,15 @@ class Decision:
     """What ``act`` decided for a group, for ``record_transition`` to store."""
 
     observations: torch.Tensor
-    """``(G, n, size)``, as the env gave them (the rollout stores raw inputs)."""
+    """``(G, N, size)``, as the env gave them (the rollout stores raw inputs)."""
     states: torch.Tensor | None
-    """``(G or 1, n, size)``, as the env gave them."""
+    """``(G or 1, N, size)``, as the env gave them."""
     log_prob: torch.Tensor
-    """``(G * n, 1)``."""
+    """``(G * N, 1)``."""
     values: torch.Tensor
-    """``(G * n, 1)`` fp32: the critic's own output (normalised space under a value preprocessor)."""
+    """``(G * N, 1)`` fp32: the critic's own output (normalised space under a value preprocessor)."""
     action_mask: torch.Tensor | None
-    """``(G * n, num_actions)`` bool, or None."""
+    """``(G * N, num_actions)`` bool, or None."""
     hidden: dict[str, list[torch.Tensor]] | None = None
     """Recurrent models: the hidden states the step started from, by role."""
     next_hidden: dict[str, list[torch.Tensor] | None] | None = None
@@ -191,7 +158,7 @@ class TrainingData:
 
 
 class OnPolicyAgent(GroupedMultiAgent):
-    """Base of :class:`~skrl_marl_ext.MAPPO` and :class:`~skrl_marl_ext.IPPO` (see the module docstring)."""
+    """PPO per agent: the algorithm of :class:`MAPPO` and :class:`IPPO` (see the module docstring)."""
 
     cfg_class: type = OnPolicyCfg
     roles = ("policy", "value")
@@ -199,7 +166,10 @@ class OnPolicyAgent(GroupedMultiAgent):
     group_class = OnPolicyGroup
     requires_states: bool = True
 
+    # ------------------------------------------------------------------ construction
+
     def _set_up(self) -> None:
+        """Each group's optimiser, preprocessors and hidden-state keeper, checked with one dry run of its models."""
         self.cfg: OnPolicyCfg
         self.policies = {uid: self.models[uid]["policy"] for uid in self.possible_agents}
         self.values = {uid: self.models[uid]["value"] for uid in self.possible_agents}
@@ -216,12 +186,10 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._decisions: dict[int, Decision] = {}
         self._next_hidden: dict[int, dict[str, Any]] = {}
 
-    # ------------------------------------------------------------------ construction
-
     def _batchable(self, uid: str) -> bool:
         """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off, a preprocessor's statistics
         cannot be stacked, the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``), or a model is
-        recurrent (``torch.vmap`` has no batching rule for ``aten::gru``/``aten::lstm``; torch 2.13)."""
+        recurrent (``torch.vmap`` has no batching rule for ``aten::gru``/``aten::lstm``)."""
         cfg = self.cfg
         preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
         scheduler = cfg.value_for("learning_rate_scheduler", uid)
@@ -263,7 +231,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         empty mini-batches, whose mean loss is NaN, and trains on it)."""
         if group.mini_batches:
             return
-        L = group.sequence_length
+        L = group.recurrent.sequence_length if group.recurrent is not None else 1
         requested, samples = group.cfg["mini_batches"], self.cfg.rollouts * num_envs // L
         group.mini_batches = min(requested, samples)
         if requested > samples:
@@ -283,12 +251,12 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._make_optimizer(group)
         self._make_preprocessors(group)
         group.recurrent = self._recurrent_state(group)
-        zeros = self._zero_inputs(group)
-        policy_inputs, value_inputs = self._policy_inputs(*zeros), self._value_inputs(*zeros)
+        obs, states = self._zero_inputs(group)
+        policy_inputs, value_inputs = {"observations": obs, "states": states}, {"observations": obs, "states": states}
         if group.recurrent is None:
             dry_run(owner=name, group=group, policy_inputs=policy_inputs, value_inputs=value_inputs, device=self.device)
-        else:  # one acting step (evaluation mode) from zero hidden states
-            group.recurrent.ensure(zeros[0].shape[0], self.device)
+        else:  # recurrent: one acting step (evaluation mode) from zero hidden states
+            group.recurrent.ensure(obs.shape[0], self.device)
             modes = [(m, m.training) for m in group.unique_models()]
             for model, _ in modes:
                 model.train(False)
@@ -369,6 +337,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         group.value_preprocessor = self._make_preprocessor(group, "value", 1)
 
     def _zero_inputs(self, group: OnPolicyGroup, batch: int = 2) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Model rows of zeros ``(G * batch, size)``, as :meth:`_model_inputs` gives them, for the dry run."""
         rows = group.size * batch
         obs = torch.zeros(rows, compute_space_size(group.observation_space, occupied_size=True), device=self.device)
         states = None
@@ -379,21 +348,207 @@ class OnPolicyAgent(GroupedMultiAgent):
             states = append_agent_id(states, group.size) if states is not None else None
         return obs, states
 
+    # ------------------------------------------------------------------ lifecycle
+
+    def init(self, *, trainer_cfg: Any = None) -> None:
+        """skrl's initialisation (see :meth:`GroupedMultiAgent.init`); recurrent hidden states start from zeros."""
+        super().init(trainer_cfg=trainer_cfg)
+        self.reset_recurrent_states()
+
+    def act(
+        self,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None] | None,
+        *,
+        timestep: int,
+        timesteps: int,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Actions of every agent: one forward pass per group, policy and value together in training (the value is
+        kept for the update). Nothing is stored here: see :meth:`record_transition`.
+
+        :param observations: ``{agent: (N, obs_size)}``; agents absent from the dict get no action.
+        :param states: ``{agent: (N, state_size) or None}`` (skrl's wrappers give one tensor to all agents).
+        :param timestep: Current timestep.
+        :param timesteps: Number of timesteps.
+        :return: ``(actions, outputs)``: ``actions[agent]`` ``(N, action_size)`` (``(N, 1)`` indexes for Discrete
+            spaces), ``outputs[agent]`` the policy's outputs. In evaluation ``outputs["mean_actions"]`` holds
+            ``{agent: deterministic actions}`` (mean or greedy), where skrl's trainers look for them.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
+        actions, outputs, deterministic = {}, {}, {}
+        with torch.no_grad():
+            for group in self.groups:
+                present = [uid for uid in group.uids if uid in observations]
+                if not present:
+                    continue
+                raw_obs = group.stack(observations)  # (G, N, size)
+                raw_states = self._stack_states(group, states)  # (G or 1, N, size)
+                # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
+                obs, st = self._model_inputs(group, raw_obs, raw_states)
+                policy_inputs = {"observations": obs, "states": st}
+                action_mask = self._action_mask(group, raw_obs)  # masks
+                if action_mask is not None:
+                    policy_inputs[ACTION_MASK_KEY] = action_mask
+                value_inputs = {"observations": obs, "states": st}
+                rec = group.recurrent
+                if rec is not None:  # recurrent: the hidden states the step starts from
+                    rec.ensure(obs.shape[0], self.device)
+                    policy_inputs.update(rec.inputs("policy"))
+                    value_inputs.update(rec.inputs("value"))
+                with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+                    if self.training:  # one call of both networks for a batched group
+                        calls = group.act_many(("policy", policy_inputs), ("value", value_inputs))
+                        (group_actions, group_outputs), (values, value_outputs) = calls
+                    else:
+                        group_actions, group_outputs = group.act("policy", policy_inputs)
+                hidden = next_hidden = None
+                if rec is not None:  # recurrent: they move on in record_transition, after the env's answer
+                    hidden = dict(rec.current)
+                    next_hidden = {"policy": group_outputs.get("rnn")}
+                    next_hidden["value"] = value_outputs.get("rnn") if self.training else None
+                    self._next_hidden[group.index] = next_hidden
+                n = raw_obs.shape[1]
+                self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
+                if self.training:
+                    self._decisions[group.index] = Decision(
+                        observations=raw_obs,
+                        states=raw_states,
+                        log_prob=group_outputs["log_prob"],
+                        values=values.float(),  # fp32: the value-clip anchor, denormalised in fp32 at the update
+                        action_mask=action_mask,
+                        hidden=hidden,
+                        next_hidden=next_hidden,
+                    )
+                elif "mean_actions" in group_outputs:
+                    self._split(group, observations, group_outputs["mean_actions"], {}, n, deterministic, {})
+                elif isinstance(group.policy, CategoricalMixin) and "net_output" in group_outputs:
+                    greedy = group_outputs["net_output"].argmax(dim=-1, keepdim=True)
+                    self._split(group, observations, greedy, {}, n, deterministic, {})
+                else:  # acting was deterministic already: the same tensors
+                    deterministic.update({uid: actions[uid] for uid in present})
+        if not self.training:
+            outputs[MEAN_ACTIONS_KEY] = deterministic
+        return actions, outputs
+
+    def record_transition(
+        self,
+        *,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None],
+        actions: dict[str, torch.Tensor],
+        rewards: dict[str, torch.Tensor],
+        next_observations: dict[str, torch.Tensor],
+        next_states: dict[str, torch.Tensor],
+        terminated: dict[str, torch.Tensor],
+        truncated: dict[str, torch.Tensor],
+        infos: Any,
+        timestep: int,
+        timesteps: int,
+    ) -> None:
+        """Store one env step of every group that acted: one stacked write per tensor per group, the agent mask, the
+        time-limit bootstrap value; skrl's episode tracking runs first.
+
+        The step's infos are read (see :mod:`skrl_marl_ext.keys`): ``infos["action_mask"]`` is kept for the next
+        :meth:`act` (in evaluation too); ``infos["agent_mask"]`` and ``infos["final_observations"]`` /
+        ``["final_states"]`` are stored in training. Parameters are skrl's: ``{agent: tensor}`` dicts, rewards,
+        terminated and truncated of shape ``(N, 1)``.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
+        MultiAgent.record_transition(self, **step)
+        infos = infos if isinstance(infos, dict) else {}
+        self._keep_action_masks(infos)  # masks: those of next_observations, for the next act
+        if self.training:
+            self._next_observations, self._next_states = next_observations, next_states
+            t = self._rollout_step
+            for group in self.groups:
+                decision = self._decisions.pop(group.index, None)
+                if decision is None:
+                    continue
+                if group.rollout is None:
+                    self._allocate(group, decision)
+                b = group.rollout
+                mask = self._agent_mask(group, observations, infos.get(AGENT_MASK_KEY), b.num_envs)
+                b.write(t, observations=decision.observations, log_prob=decision.log_prob, values=decision.values)
+                b.write(t, agent_mask=mask)
+                for name in ("actions", "rewards", "terminated", "truncated"):
+                    group.stack(step[name], out=b.tensors[name][t])
+                if "states" in b.tensors:
+                    b.write(t, states=decision.states)
+                if "action_mask" in b.tensors:  # masks
+                    if decision.action_mask is None:
+                        b.tensors["action_mask"][t].fill_(True)
+                    else:
+                        b.write(t, action_mask=decision.action_mask)
+                if decision.hidden is not None:  # recurrent
+                    b.write(t, **group.recurrent.stored(decision.hidden, group.size))
+                if "final_values" in b.tensors:
+                    self._record_final_values(group, t, infos, decision)
+                if self.cfg.rewards_shaper is not None:
+                    stored = b.tensors["rewards"][t]
+                    stored.copy_(self.cfg.rewards_shaper(stored.clone(), timestep, timesteps))
+        if self._next_hidden:  # recurrent
+            self._advance_hidden_states(observations, terminated, truncated, infos)
+
+    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Count the step; at the end of a rollout update every group; then skrl's tracking and checkpoints.
+
+        :param timestep: Current timestep (the trainer's, from 0; shifted by the steps completed before a load).
+        :param timesteps: Number of timesteps.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        if self.training:
+            self.progress.timestep = timestep + 1
+            self._rollout_step += 1
+            if self._rollout_step == self.cfg.rollouts:
+                self._rollout_step = 0
+                start = time.perf_counter()
+                self._check_finite(self.groups)
+                self.enable_models_training_mode(True)
+                for group in self.groups:
+                    self._update_group(group)
+                self.enable_models_training_mode(False)
+                self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
+                if self.cfg.non_finite == "skip":
+                    self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
+        self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
+
+    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+        """Update the group that agent ``uid`` belongs to (skrl's per-agent entry point). The agent calls this itself
+        at the end of each rollout; the agents of one group are updated together.
+
+        :param timestep: Current timestep.
+        :param timesteps: Number of timesteps.
+        :param uid: Agent name.
+        """
+        if uid not in self.group_of:
+            raise ValueError(
+                f"{type(self).__name__}.update: unknown agent '{uid}'; choose one of {self.possible_agents}"
+            )
+        self._check_finite([self.group_of[uid]])
+        self._update_group(self.group_of[uid])
+
+    def reset_recurrent_states(self) -> None:
+        """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
+        :meth:`init`, which does it, when they are constructed)."""
+        for group in self.groups:
+            if group.recurrent is not None:
+                group.recurrent.current = None
+        self._next_hidden.clear()
+
+    def load(self, path: str) -> None:
+        """Load a checkpoint (see :meth:`GroupedMultiAgent.load`). Recurrent hidden states start from zeros again:
+        they belong to the episodes running when the checkpoint was written, which a trainer does not resume (it
+        resets the env), so a checkpoint holds the models that make them, not the states."""
+        super().load(path)
+        self.reset_recurrent_states()
+
     # ------------------------------------------------------------------ inputs
 
-    @staticmethod
-    def _policy_inputs(observations: torch.Tensor, states: torch.Tensor | None, action_mask=None) -> dict[str, Any]:
-        inputs = {"observations": observations, "states": states}
-        if action_mask is not None:
-            inputs[ACTION_MASK_KEY] = action_mask
-        return inputs
-
-    @staticmethod
-    def _value_inputs(observations: torch.Tensor, states: torch.Tensor | None) -> dict[str, Any]:
-        return {"observations": observations, "states": states}
-
     def _stack_states(self, group: OnPolicyGroup, states: Any) -> torch.Tensor | None:
-        """The group's states ``(G, n, size)``, or ``(1, n, size)`` when the env gives the group one shared tensor."""
+        """The group's states ``(G, N, size)``, or ``(1, N, size)`` when the env gives the group one shared tensor."""
         if not isinstance(states, dict) or states.get(group.uids[0]) is None:
             return None
         shared = all(states.get(u) is states[group.uids[0]] for u in group.uids)
@@ -405,23 +560,28 @@ class OnPolicyAgent(GroupedMultiAgent):
                     f"{type(self).__name__}: the env gave agents {group.uids} one shared state tensor at the "
                     "first step and different ones now; an env must do one or the other"
                 )
-            return stack_agents(states, group.uids[:1])
+            return states[group.uids[0]].unsqueeze(0)
         return group.stack(states)
 
-    def _normalize(self, group: OnPolicyGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
-        """Stacked raw inputs ``(G, n, size)`` (states: ``(1, n, size)`` when shared) through the group's
-        preprocessors, with the statistics as they are now; same shapes."""
-        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0)
-        states = None
-        if raw_states is not None:  # a shared state comes back per agent from a batched group's own preprocessors
-            states = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0)
-        return obs, states
+    def _model_inputs(
+        self,
+        group: OnPolicyGroup,
+        obs: torch.Tensor,
+        states: torch.Tensor | None,
+        *,
+        preprocess: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Stacked raw inputs ``(G, N, size)`` (states ``(1, N, size)`` when shared) preprocessed with the statistics
+        as they are now (unless ``preprocess`` is off), as agent-major model rows ``(G * N, size [+ G])``, one-hot
+        agent ids appended when configured. A batched group takes its states as ``(G, N, size)``: a shared state is
+        then an expanded view, not G copies.
 
-    def _model_rows(self, group: OnPolicyGroup, obs: torch.Tensor, states: torch.Tensor | None):
-        """Preprocessed ``(G, n, size)`` inputs (states ``(1, n, size)`` when shared) as agent-major model rows
-        ``(G * n, size [+ G])``: a shared state repeated per agent, one-hot agent ids appended when configured. A
-        batched group takes its states as ``(G, n, size)``: a shared state is then an expanded view, not G copies."""
+        :return: ``(observations, states)`` rows (states None without states).
+        """
         G = group.size
+        if preprocess:  # a shared state comes back per agent from a batched group's own preprocessors
+            obs = group.preprocess("observation", obs, agent_dim=0)
+            states = group.preprocess("state", states, agent_dim=0) if states is not None else None
         obs = obs.reshape(-1, obs.shape[-1])
         if states is not None:
             if states.shape[0] != G:  # one state shared by the whole group
@@ -433,80 +593,10 @@ class OnPolicyAgent(GroupedMultiAgent):
             states = append_agent_id(states, G) if states is not None else None
         return obs, states
 
-    def _preprocess(self, group: OnPolicyGroup, raw_obs: torch.Tensor, raw_states: torch.Tensor | None):
-        """Preprocess stacked raw inputs ``(G, n, size)`` into agent-major model rows ``(G * n, size [+ G])``."""
-        return self._model_rows(group, *self._normalize(group, raw_obs, raw_states))
-
-    # ------------------------------------------------------------------ acting
-
-    def _act_group(
-        self, group: OnPolicyGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
-    ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
-        """One group's sampled actions ``(G * n, size)``, outputs and (in evaluation) mean/greedy actions; in
-        training, the decision is kept for ``record_transition`` to store."""
-        raw_obs = group.stack(observations)
-        raw_states = self._stack_states(group, states)
-        # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
-        obs, st = self._preprocess(group, raw_obs, raw_states)
-        action_mask = self._action_mask(group, raw_obs)
-        rec = group.recurrent
-        if rec is not None:
-            rec.ensure(obs.shape[0], self.device)
-        rnn = rec.inputs if rec is not None else lambda role: {}
-        with self._autocast():
-            policy_inputs = {**self._policy_inputs(obs, st, action_mask), **rnn("policy")}
-            if self.training:  # one call of both networks for a batched group
-                value_inputs = {**self._value_inputs(obs, st), **rnn("value")}
-                (group_actions, group_outputs), (values, value_outputs) = group.act_many(
-                    ("policy", policy_inputs), ("value", value_inputs)
-                )
-            else:
-                group_actions, group_outputs = group.act("policy", policy_inputs)
-        hidden = next_hidden = None
-        if rec is not None:  # the hidden states move on in record_transition, after the env's answer
-            hidden = dict(rec.current)
-            next_hidden = {"policy": group_outputs.get("rnn")}
-            next_hidden["value"] = value_outputs.get("rnn") if self.training else None
-            self._next_hidden[group.index] = next_hidden
-        if self.training:
-            self._decisions[group.index] = Decision(
-                observations=raw_obs,
-                states=raw_states,
-                log_prob=group_outputs["log_prob"],
-                values=values.float(),  # kept in fp32: the value-clip anchor, denormalised in fp32 at the update
-                action_mask=action_mask,
-                hidden=hidden,
-                next_hidden=next_hidden,
-            )
-            return group_actions, group_outputs, None
-        return group_actions, group_outputs, self._deterministic_actions(group, group_actions, group_outputs)
-
-    @staticmethod
-    def _deterministic_actions(group: OnPolicyGroup, actions: torch.Tensor, outputs: dict) -> torch.Tensor:
-        if "mean_actions" in outputs:
-            return outputs["mean_actions"]
-        if isinstance(group.policy, CategoricalMixin) and "net_output" in outputs:
-            return outputs["net_output"].argmax(dim=-1, keepdim=True)
-        return actions
-
     # ------------------------------------------------------------------ recording
 
-    def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
-        """Store the step of every group that acted (one stacked write per tensor per group), the time-limit bootstrap
-        value, and move the input statistics on."""
-        self._next_observations, self._next_states = step["next_observations"], step["next_states"]
-        for group in self.groups:
-            decision = self._decisions.pop(group.index, None)
-            if decision is None:
-                continue
-            if group.rollout is None:
-                self._allocate(group, decision)
-            self._record_group(group, decision, step, infos)
-            if self.cfg.rewards_shaper is not None:
-                rewards = group.rollout["rewards"][self._rollout_step]
-                rewards.copy_(self.cfg.rewards_shaper(rewards.clone(), step["timestep"], step["timesteps"]))
-
     def _allocate(self, group: OnPolicyGroup, decision: Decision) -> None:
+        """The group's rollout ``(T, G, N, width)``, allocated at its first recorded step (when ``N`` is known)."""
         name, num_envs = type(self).__name__, decision.observations.shape[1]
         if self.memories is not None and self.memories[group.uids[0]].num_envs != num_envs:
             raise ValueError(
@@ -535,44 +625,11 @@ class OnPolicyAgent(GroupedMultiAgent):
             specs["states"] = (decision.states.shape[0], decision.states.shape[-1], torch.float32)
         if group.cfg["time_limit_bootstrap"]:
             specs["final_values"] = (G, 1, torch.float32)  # V(final observation), or V(s_t), of the step's episode
-        if group.discrete:
+        if group.discrete:  # masks
             specs["action_mask"] = (G, group.num_actions, torch.bool)
         if group.recurrent is not None:
             specs.update(group.recurrent.specs(G))
         group.rollout = RolloutBuffer(specs, rollouts=self.cfg.rollouts, num_envs=num_envs, device=self.device)
-
-    def _record_group(self, group: OnPolicyGroup, decision: Decision, step: dict, infos: dict) -> None:
-        b, t = group.rollout, self._rollout_step
-        mask = self._agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), b.num_envs)
-        b.write(t, observations=decision.observations, log_prob=decision.log_prob, values=decision.values)
-        b.write(t, agent_mask=mask)
-        for name in ("actions", "rewards", "terminated", "truncated"):
-            group.stack(step[name], out=b[name][t])
-        if "states" in b:
-            b.write(t, states=decision.states)
-        if "action_mask" in b:
-            if decision.action_mask is None:
-                b["action_mask"][t].fill_(True)
-            else:
-                b.write(t, action_mask=decision.action_mask)
-        if decision.hidden is not None:
-            b.write(t, **group.recurrent.stored(decision.hidden, group.size))
-        if "final_values" in b:
-            self._record_final_values(group, t, infos, decision)
-
-    def _after_step(self, step: dict[str, Any], *, infos: dict) -> None:
-        """Move recurrent hidden states on to the models' new ones, zeroed for agents whose episode ended
-        (terminated or truncated) or that were masked at the step; in training, store where that happened."""
-        for index, new in list(self._next_hidden.items()):
-            group = self.groups[index]
-            num_envs = next(iter(group.recurrent.current.values()))[0].shape[1] // group.size
-            ended = group.stack(step["terminated"]).bool() | group.stack(step["truncated"]).bool()
-            alive = self._agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs)
-            reset = ended.view(group.size, num_envs, 1) | ~alive
-            if self.training and group.rollout is not None:
-                group.rollout.write(self._rollout_step, **{RESET_KEY: reset})
-            group.recurrent.advance(new, reset.view(-1))
-        self._next_hidden.clear()
 
     def _record_final_values(self, group: OnPolicyGroup, t: int, infos: dict, decision: Decision) -> None:
         """Store the value the time-limit bootstrap of step ``t`` uses (read only where the step was truncated).
@@ -583,49 +640,52 @@ class OnPolicyAgent(GroupedMultiAgent):
         first observation there. The critic's raw output is stored, as for ``values``.
         """
         b = group.rollout
-        target = b["final_values"][t]
-        target.copy_(b["values"][t])
+        target = b.tensors["final_values"][t]
+        target.copy_(b.tensors["values"][t])
         finals, final_states = infos.get(FINAL_OBSERVATIONS_KEY), infos.get(FINAL_STATES_KEY)
         if not isinstance(finals, dict) or any(finals.get(uid) is None for uid in group.uids):
             return
         raw_states = None
-        if "states" in b:
+        if "states" in b.tensors:
             if not isinstance(final_states, dict) or final_states.get(group.uids[0]) is None:
                 return  # an observation without its state: keep V(s_t)
-            raw_states = group.stack(final_states)[: b["states"].shape[1]]
+            raw_states = group.stack(final_states)[: b.tensors["states"].shape[1]]
         rnn = {}
-        if decision.next_hidden is not None and decision.next_hidden["value"] is not None:
+        if decision.next_hidden is not None and decision.next_hidden["value"] is not None:  # recurrent
             rnn = {"rnn": decision.next_hidden["value"]}  # the episode's memory up to its final observation
-        with torch.no_grad(), self._autocast():
-            obs, st = self._preprocess(group, group.stack(finals), raw_states)
-            final_values, _ = group.act("value", {**self._value_inputs(obs, st), **rnn})
-        ended = b["terminated"][t] | b["truncated"][t]
+        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            obs, st = self._model_inputs(group, group.stack(finals), raw_states)
+            final_values, _ = group.act("value", {"observations": obs, "states": st, **rnn})
+        ended = b.tensors["terminated"][t] | b.tensors["truncated"][t]
         target.copy_(torch.where(ended, final_values.float().view(target.shape), target))
 
-    # ------------------------------------------------------------------ updates
+    def _advance_hidden_states(self, observations: dict, terminated: dict, truncated: dict, infos: dict) -> None:
+        """Recurrent: move hidden states on to the models' new ones, zeroed for agents whose episode ended
+        (terminated or truncated) or that were masked at the step; in training, store where that happened."""
+        for index, new in list(self._next_hidden.items()):
+            group = self.groups[index]
+            num_envs = next(iter(group.recurrent.current.values()))[0].shape[1] // group.size
+            ended = group.stack(terminated).bool() | group.stack(truncated).bool()
+            alive = self._agent_mask(group, observations, infos.get(AGENT_MASK_KEY), num_envs)
+            reset = ended.view(group.size, num_envs, 1) | ~alive
+            if self.training and group.rollout is not None:
+                group.rollout.write(self._rollout_step, **{RESET_KEY: reset})
+            group.recurrent.advance(new, reset.view(-1))
+        self._next_hidden.clear()
 
-    def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """Advance the rollout; at its end update every group (the base then runs skrl's tracking and checkpoints)."""
-        if self.training:
-            self._rollout_step += 1
-            if self._rollout_step == self.cfg.rollouts:
-                self._rollout_step = 0
-                with ScopedTimer() as timer:
-                    self._check_finite(self.groups)
-                    self.enable_models_training_mode(True)
-                    for group in self.groups:
-                        self._update_group(group, timestep=timestep, timesteps=timesteps)
-                    self.enable_models_training_mode(False)
-                self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
-                self._track_non_finite()
+    # ------------------------------------------------------------------ update
 
-    def _update(self, *, timestep: int, timesteps: int, uid: str) -> None:
-        """Update the group that agent ``uid`` belongs to (skrl's per-agent entry point).
-
-        The agent calls this itself at the end of each rollout; agents of one group are updated together.
-        """
-        self._check_finite([self.group_of[uid]])
-        self._update_group(self.group_of[uid], timestep=timestep, timesteps=timesteps)
+    def _update_group(self, group: OnPolicyGroup) -> None:
+        """Bootstrap and GAE -> value and input statistics -> epochs of mini-batches -> tracking."""
+        if group.rollout is None:
+            return
+        mask = group.rollout.tensors["agent_mask"]
+        values, advantages, returns = self._advantages(group)
+        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
+        returns = self._update_statistics(group, returns, mask)
+        data = self._training_data(group, advantages, returns)
+        sums, updates = self._epochs(group, data)
+        self._track_update(group, sums, updates, explained)
 
     def _check_finite(self, groups: list[OnPolicyGroup]) -> None:
         """NaN/inf in the rollout: an error naming the agent, the tensor and the step (default), or, with
@@ -648,112 +708,93 @@ class OnPolicyAgent(GroupedMultiAgent):
                 'cfg.non_finite="skip" to mask such samples out of learning'
             )
 
-    def _last_values(self, group: OnPolicyGroup) -> torch.Tensor:
-        """The critic's raw output for the observations after the rollout's last step, ``(1, G, N, 1)`` fp32."""
-        b = group.rollout
-        G, N = group.size, b.num_envs
-        with torch.no_grad(), self._autocast():
+    def _advantages(self, group: OnPolicyGroup) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Bootstrap and GAE over the group's rollout, in the value scale of the env.
+
+        The critic's recorded raw outputs are denormalised (in fp32) with the value statistics they were computed
+        with: statistics change only after this point. The last step bootstraps from the critic's value of the
+        observations after it; a truncated step from ``final_values`` (:meth:`_record_final_values`), never from the
+        next episode's first observation.
+
+        :return: ``(values, advantages, returns)``, each ``(T, G, N, 1)``; advantages standardised per agent.
+        """
+        cfg, b = group.cfg, group.rollout.tensors
+        G, N = group.size, group.rollout.num_envs
+        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             raw_states = self._stack_states(group, self._next_states) if "states" in b else None
-            obs, st = self._preprocess(group, group.stack(self._next_observations), raw_states)
-            rnn = group.recurrent.inputs("value") if group.recurrent is not None else {}
+            obs, st = self._model_inputs(group, group.stack(self._next_observations), raw_states)
+            rnn = group.recurrent.inputs("value") if group.recurrent is not None else {}  # recurrent
             group.value.enable_training_mode(False)
-            last_values, _ = group.act("value", {**self._value_inputs(obs, st), **rnn})
+            last_values, _ = group.act("value", {"observations": obs, "states": st, **rnn})
             group.value.enable_training_mode(True)
         last_values = last_values.float().view(1, G, N, 1)
         if self.cfg.non_finite == "skip":  # a non-finite next observation: no bootstrap from it, no last sample
             finite = torch.isfinite(last_values)
             b["agent_mask"][-1:] &= finite
             last_values = torch.where(finite, last_values, 0.0)
-        return last_values
-
-    def _advantages(self, group: OnPolicyGroup) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """GAE over the group's rollout, in the value scale of the env.
-
-        The critic's recorded raw outputs are denormalised (in fp32) with the value statistics they were computed
-        with: statistics change only after this point. A truncated step bootstraps from ``final_values`` (see
-        :meth:`_record_final_values`), never from the next episode's first observation.
-
-        :return: ``(values, advantages, returns)``, each ``(T, G, N, 1)``; advantages standardised per agent.
-        """
-        cfg, b = group.cfg, group.rollout
-
-        def denormalize(raw):  # (T, G, N, 1): the agents along dimension 1
-            return apply_preprocessor(group.value_preprocessor, raw, agent_dim=1, inverse=True)
-
-        values = denormalize(b["values"])
-        next_values = torch.cat([values[1:], denormalize(self._last_values(group))])
+        # the agents along dimension 1 of (T, G, N, 1)
+        values = group.preprocess("value", b["values"], agent_dim=1, inverse=True)
+        last_values = group.preprocess("value", last_values, agent_dim=1, inverse=True)
+        next_values = torch.cat([values[1:], last_values])
         if cfg["time_limit_bootstrap"]:
-            next_values = torch.where(b["truncated"], denormalize(b["final_values"]), next_values)
+            final_values = group.preprocess("value", b["final_values"], agent_dim=1, inverse=True)
+            next_values = torch.where(b["truncated"], final_values, next_values)
         advantages, returns = compute_gae(
             rewards=b["rewards"],
             values=values,
             next_values=next_values,
             terminated=b["terminated"],
             truncated=b["truncated"],
-            **group.gae_options,
+            discount_factor=cfg["discount_factor"],
+            lambda_coefficient=cfg["gae_lambda"],
+            time_limit_bootstrap=cfg["time_limit_bootstrap"],
         )
         # per-agent standardisation over (step, env), unmasked samples only
         return values, normalize_advantages(advantages, b["agent_mask"], dim=(0, 2, 3)), returns
 
-    def _update_group(self, group: OnPolicyGroup, *, timestep: int, timesteps: int) -> None:
-        """Bootstrap -> GAE -> value statistics -> epochs of mini-batches -> tracking."""
-        if group.rollout is None:
-            return
-        mask = group.rollout["agent_mask"]
-        values, advantages, returns = self._advantages(group)
-        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
-        # value targets: normalised with statistics refreshed by this rollout's returns (the MAPPO paper's code); the
-        # clip anchor stays the critic's raw output at collection time (rollout["values"])
-        if group.value_preprocessor is not identity:
-            update_preprocessor(group.value_preprocessor, returns, mask, agent_dim=1)
-            returns = apply_preprocessor(group.value_preprocessor, returns, agent_dim=1)
-        self._refresh_input_statistics(group)
-        data = self._training_data(group, advantages, returns)
-        sums, updates = self._epochs(group, data)
-        self._track_update(group, sums, updates, explained)
+    def _update_statistics(self, group: OnPolicyGroup, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Fold the rollout into the preprocessors' statistics, before the epochs; return the value targets.
 
-    def _refresh_input_statistics(self, group: OnPolicyGroup) -> None:
-        """Fold the rollout's unmasked, finite observations and states into their preprocessors' statistics, before
-        the epochs, as skrl does (with the whole rollout at once rather than mini-batch by mini-batch).
+        Values: the targets are normalised with statistics refreshed by this rollout's returns (the MAPPO paper's
+        code); the clip anchor stays the critic's raw output at collection time (``rollout["values"]``).
 
-        The policy then trains on its inputs as the refreshed statistics normalise them, the normalisation it acts
-        with next, while the importance ratio keeps the behaviour policy's log-probabilities (and value clipping the
-        critic's collection-time outputs): the first mini-batch's ratio is not 1 but the change the refresh made to
-        the policy, which the clipped objective then limits like any other. Anchoring the ratio at the refreshed
-        policy instead (re-evaluating the old log-probabilities) or refreshing after the epochs or every step, so that
-        the first ratio is exactly 1, lets the refreshes move the policy unchecked: IPPO on VMAS balance lost 2.3 of
-        37.5 that way (BENCHMARKS.md, "Learning at equal config").
+        Inputs: the unmasked, finite observations and states, as skrl does (with the whole rollout at once rather than
+        mini-batch by mini-batch). The policy then trains on its inputs as the refreshed statistics normalise them,
+        while the importance ratio keeps the behaviour policy's log-probabilities, so the first mini-batch's ratio
+        holds the change the refresh made, which the clipped objective then limits like any other.
+
+        :return: The returns ``(T, G, N, 1)``, normalised when there is a value preprocessor.
         """
-        b, mask = group.rollout, group.rollout["agent_mask"]
+        b = group.rollout.tensors
+        if group.value_preprocessor is not identity:
+            group.update_statistics("value", returns, mask, agent_dim=1)
+            returns = group.preprocess("value", returns, agent_dim=1)
         if group.observation_preprocessor is not identity:
             raw = b["observations"]
             finite = mask & torch.isfinite(raw).all(-1, keepdim=True)
-            update_preprocessor(group.observation_preprocessor, raw, finite, agent_dim=1)
+            group.update_statistics("observation", raw, finite, agent_dim=1)
         if "states" in b and group.state_preprocessor is not identity:
             # a shared state counts where any agent of a shared model is alive; for each agent's own, where it is
             own = isinstance(group.state_preprocessor, StackedPreprocessor)
             raw, state_mask = b["states"], mask.any(dim=1, keepdim=True) if group.shared_state and not own else mask
             finite = state_mask & torch.isfinite(raw).all(-1, keepdim=True)
-            update_preprocessor(group.state_preprocessor, raw, finite, agent_dim=1)
-
-    @staticmethod
-    def _masked(group: OnPolicyGroup) -> bool:
-        """Whether the group's policy has been given action masks (then they are stored and used in the update)."""
-        return group.mask_in_observations or group.masks_seen
+            group.update_statistics("state", raw, finite, agent_dim=1)
+        return returns
 
     def _training_data(self, group: OnPolicyGroup, advantages: torch.Tensor, returns: torch.Tensor) -> TrainingData:
+        """The rollout per agent ``(G, T * N, width)``, inputs preprocessed once with the refreshed statistics."""
         b = group.rollout
         per_agent = b.flat
-        shared_states = None
-        states = per_agent("states") if "states" in b else None
-        obs, states = self._normalize(group, per_agent("observations"), states)  # with the refreshed statistics
-        if states is not None and states.shape[0] == 1 and not group.id_size and group.size > 1:
-            shared_states, states = states[0], None
-        obs, st = self._model_rows(group, obs, states)
         G, TN = group.size, b.rollouts * b.num_envs
+        obs = group.preprocess("observation", per_agent("observations"), agent_dim=0)  # the refreshed statistics
+        states = group.preprocess("state", per_agent("states"), agent_dim=0) if "states" in b.tensors else None
+        shared_states = None
+        if states is not None and states.shape[0] == 1 and not group.id_size and G > 1:
+            shared_states, states = states[0], None
+        obs, states = self._model_inputs(group, obs, states, preprocess=False)
         floats = {
             "observations": obs.view(G, TN, -1),
-            "states": st.view(G, TN, -1) if st is not None else None,
+            "states": states.view(G, TN, -1) if states is not None else None,
             "actions": per_agent("actions"),
             "log_prob": per_agent("log_prob"),
             "values": per_agent("values"),
@@ -761,14 +802,13 @@ class OnPolicyAgent(GroupedMultiAgent):
             "advantages": advantages.transpose(0, 1).reshape(G, TN, 1),
         }
         flags = {}
-        if group.recurrent is not None:  # each step's stored hidden states, where they were reset, truncations
-            floats.update(
-                {name: per_agent(name) for name in b.tensors if name.startswith("rnn_") and name != RESET_KEY}
-            )
+        if group.recurrent is not None:  # recurrent: each step's stored hidden states, resets, truncations
+            names = [name for name in b.tensors if name.startswith("rnn_") and name != RESET_KEY]
+            floats.update({name: per_agent(name) for name in names})
             flags = {RESET_KEY: per_agent(RESET_KEY), "truncated": per_agent("truncated")}
         floats = {k: v for k, v in floats.items() if v is not None}
-        mask = b["agent_mask"]
-        masked = self._masked(group)
+        mask = b.tensors["agent_mask"]
+        masked = group.mask_in_observations or group.masks_seen  # masks: stored and used once a policy had them
         return TrainingData(
             packed=torch.cat([v.float() for v in floats.values()], dim=-1),
             names=list(floats),
@@ -781,13 +821,16 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     def _epochs(self, group: OnPolicyGroup, data: TrainingData) -> tuple[torch.Tensor, int]:
         """``cfg.learning_epochs`` passes over the rollout in mini-batches (early stop on the KL when configured);
-        the scheduler steps once per epoch in which the optimiser stepped. :return: the summed per-agent statistics ``(6, G)`` and the step count."""
+        the scheduler steps once per epoch in which the optimiser stepped.
+
+        :return: The summed per-agent statistics ``(6, G)`` and the number of optimiser steps.
+        """
         sums = torch.zeros(6, group.size, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
         updates = 0
         b = group.rollout
         sequences = None
-        if group.sequence_length > 1:  # mini-batches of whole sequences
-            sequences = sequence_indexes(b.rollouts, b.num_envs, group.sequence_length, device=self.device)
+        if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
+            sequences = sequence_indexes(b.rollouts, b.num_envs, group.recurrent.sequence_length, device=self.device)
         shuffle = group.cfg["mini_batch_order"] == "shuffled"
         amp = self.scaler.is_enabled()
         for _ in range(group.cfg["learning_epochs"]):
@@ -819,29 +862,30 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     def _mini_batch_step(self, group: OnPolicyGroup, batch: dict, sums: torch.Tensor) -> torch.Tensor | None:
         """One loss and one optimiser step on a mini-batch ``(G, B, ...)``; adds its per-agent statistics to
-        ``sums``. :return: the mini-batch's KL over the group, or None when it exceeded ``cfg.kl_threshold``."""
+        ``sums``.
+
+        :return: The mini-batch's KL over the group, or None when it exceeded ``cfg.kl_threshold``.
+        """
         cfg, G = group.cfg, group.size
         B, m = batch["log_prob"].shape[1], batch["mask"]
-
-        def rows(x):  # contiguous: models may .view() their inputs
-            return x.reshape(G * B, x.shape[-1]).contiguous() if x is not None else None
-
+        # model rows (G * B, width), contiguous: models may .view() their inputs; one state expanded to every agent
+        # of a batched group stays a view (each agent's slice is contiguous)
+        obs = batch["observations"].reshape(G * B, -1).contiguous()
         states = batch["states"]
-        if group.batched and states is not None and states.stride(0) == 0:
-            state_rows = states  # one state expanded to every agent: no copy (each agent's slice is contiguous)
-        else:
-            state_rows = rows(states)  # one copy, two models
-        obs_rows = rows(batch["observations"])
-        rec = group.recurrent
-        rnn = (lambda role: rec.batch_inputs(batch, role)) if rec is not None else (lambda role: {})
-        with self._autocast():
-            inputs = self._policy_inputs(obs_rows, state_rows, rows(batch["action_mask"]))
-            inputs["taken_actions"] = rows(batch["actions"])
-            inputs.update(rnn("policy"))
-            value_inputs = {**self._value_inputs(obs_rows, state_rows), **rnn("value")}
+        if states is not None and not (group.batched and states.stride(0) == 0):
+            states = states.reshape(G * B, -1).contiguous()
+        policy_inputs = {"observations": obs, "states": states}
+        if batch["action_mask"] is not None:  # masks
+            policy_inputs[ACTION_MASK_KEY] = batch["action_mask"].reshape(G * B, -1).contiguous()
+        policy_inputs["taken_actions"] = batch["actions"].reshape(G * B, -1).contiguous()
+        value_inputs = {"observations": obs, "states": states}
+        if group.recurrent is not None:  # recurrent
+            policy_inputs.update(group.recurrent.batch_inputs(batch, "policy"))
+            value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
+        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             # both networks before the loss (one vmapped call for a batched group); the value's output is unused when
             # the KL stops the epoch (the loop only: a batched group has no kl_threshold)
-            (_, outputs), (predicted, _) = group.act_many(("policy", inputs), ("value", value_inputs))
+            (_, outputs), (predicted, _) = group.act_many(("policy", policy_inputs), ("value", value_inputs))
             log_prob = outputs["log_prob"].float().view(G, B, 1)
             with torch.no_grad():
                 group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), m)
@@ -861,11 +905,10 @@ class OnPolicyAgent(GroupedMultiAgent):
                 entropy=entropy,
                 mask=m,
                 per_agent=group.batched,
-                **group.loss_options,
+                **{name: cfg[name] for name in LOSS_FIELDS},
             )
         loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-        clip = cfg["grad_norm_clip"]
-        self._optimizer_step(group.optimizer, loss, group.trainable, clip, per_agent=group.batched)
+        self._optimizer_step(group.optimizer, loss, group.trainable, cfg["grad_norm_clip"], per_agent=group.batched)
         self.scaler.update()
         with torch.no_grad():
             distribution = group.policy.distribution(role="policy")
@@ -875,26 +918,6 @@ class OnPolicyAgent(GroupedMultiAgent):
             stats = ("objective", "critic", "entropy", "kl", "clip_fraction")
             sums += torch.stack([terms[k] for k in stats] + [std]).detach()
         return group_kl
-
-    def init(self, *, trainer_cfg: Any = None) -> None:
-        """skrl's initialisation (see :meth:`GroupedMultiAgent.init`); recurrent hidden states start from zeros."""
-        super().init(trainer_cfg=trainer_cfg)
-        self.reset_recurrent_states()
-
-    def reset_recurrent_states(self) -> None:
-        """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
-        :meth:`init`, which does it, when they are constructed)."""
-        for group in self.groups:
-            if group.recurrent is not None:
-                group.recurrent.current = None
-        self._next_hidden.clear()
-
-    def load(self, path: str) -> None:
-        """Load a checkpoint (see :meth:`GroupedMultiAgent.load`). Recurrent hidden states start from zeros again:
-        they belong to the episodes running when the checkpoint was written, which a trainer does not resume (it
-        resets the env), so a checkpoint holds the models that make them, not the states."""
-        super().load(path)
-        self.reset_recurrent_states()
 
     def _track_update(self, group: OnPolicyGroup, sums: torch.Tensor, updates: int, explained: torch.Tensor) -> None:
         """One host read per update: the mean per-agent losses and statistics of its mini-batches."""
@@ -914,3 +937,52 @@ class OnPolicyAgent(GroupedMultiAgent):
             self.track_data(f"Value / Explained variance ({uid})", explained[i])
             self.track_data(f"Learning / Learning rate ({uid})", learning_rate)
         self.track_data("Learning / Updates per rollout", updates)
+
+
+@dataclasses.dataclass(kw_only=True)
+class MAPPO_CFG(OnPolicyCfg):
+    """Configuration of :class:`MAPPO` (all fields are those of :class:`~skrl_marl_ext.agents.OnPolicyCfg`)."""
+
+
+class MAPPO(OnPolicyAgent):
+    """Multi-Agent Proximal Policy Optimization, a drop-in for ``skrl.multi_agents.torch.mappo.MAPPO``.
+
+    The value model reads the env's global state: ``inputs["states"]`` is the state (``env.state()``), and
+    ``inputs["observations"]`` the agent's own observation. Construction fails without ``state_spaces``.
+
+    :param possible_agents: Names of all the agents the env can have.
+    :param models: ``{agent: {"policy": Model, "value": Model}}``. Agents given the same policy object and the same
+        value object share them and train as one batch (one forward pass, one loss, one optimiser step).
+    :param memories: Optional ``{agent: Memory}`` (skrl's ``RandomMemory(memory_size=rollouts, num_envs=...)``).
+        Accepted for drop-in compatibility and checked (``memory_size`` must equal ``cfg.rollouts``, ``num_envs`` the
+        env's); the rollout itself is stored in one preallocated buffer per agent group. None is fine.
+    :param observation_spaces: ``{agent: gymnasium.Space}``.
+    :param state_spaces: ``{agent: gymnasium.Space}`` of the global state (required).
+    :param action_spaces: ``{agent: gymnasium.Space}`` (Box, Discrete or MultiDiscrete).
+    :param device: Device of the agent's data and computation.
+    :param cfg: :class:`MAPPO_CFG` or a dict of its fields (``{}`` gives the defaults). Unknown keys are refused.
+    """
+
+    cfg_class = MAPPO_CFG
+    requires_states = True
+
+
+@dataclasses.dataclass(kw_only=True)
+class IPPO_CFG(OnPolicyCfg):
+    """Configuration of :class:`IPPO` (all fields are those of :class:`~skrl_marl_ext.agents.OnPolicyCfg`)."""
+
+
+class IPPO(OnPolicyAgent):
+    """Independent Proximal Policy Optimization, a drop-in for ``skrl.multi_agents.torch.ippo.IPPO``.
+
+    The models get exactly what skrl 2.1.1's IPPO gives them (and what MAPPO gives them): the agent's observation
+    under ``inputs["observations"]`` and the env's state under ``inputs["states"]`` (None when the env has no state).
+    An independent critic is a value model that reads ``"observations"`` (e.g.
+    ``ValueMLP(..., input="observations")``); a value model sized from the state space reads ``"states"``, as Isaac
+    Lab's ``skrl_ippo_cfg.yaml`` files build it. ``state_spaces`` may be omitted.
+
+    Parameters are those of :class:`MAPPO`, with ``cfg`` an :class:`IPPO_CFG` or a dict.
+    """
+
+    cfg_class = IPPO_CFG
+    requires_states = False
