@@ -21,7 +21,7 @@ from skrl_marl_ext.cli.config import parse_env_args, runner_config, train_config
 from skrl_marl_ext.cli.errors import RanksDisagree, UsageError
 from skrl_marl_ext.cli.parser import given
 from skrl_marl_ext.cli.resume import resume_point, resumed_config
-from skrl_marl_ext.cli.run_folder import read_episodes, run_name, train_summary, write_run
+from skrl_marl_ext.cli.run_folder import Episodes, read_episodes, run_name, train_summary, write_run
 
 
 def setup_torchrun(args: argparse.Namespace) -> bool:
@@ -42,12 +42,15 @@ def setup_torchrun(args: argparse.Namespace) -> bool:
 
 @dataclasses.dataclass
 class _Plan:
-    """What one ``train`` call runs: the run's ``run.json`` so far, its folder and Runner config, and its start."""
+    """What one ``train`` call runs: a new run, or the rest of one that ``--resume`` continues."""
 
     run: dict[str, Any]
+    """The run's ``run.json`` so far."""
     run_dir: str
     cfg: dict[str, Any]
+    """The Runner config, as the options set it."""
     device: str
+    """The device asked for (``cuda`` means ``cuda:LOCAL_RANK`` under torchrun)."""
     steps: int
     """Steps this call trains."""
     checkpoint: str | None = None
@@ -117,7 +120,14 @@ def _unique_models(agent) -> list[torch.nn.Module]:
 
 
 def _write_results(
-    agent, episodes: list, plan: _Plan, args: argparse.Namespace, result: dict[str, Any], *, seconds: float, checksums
+    agent,
+    episodes: Episodes,
+    plan: _Plan,
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    *,
+    seconds: float,
+    checksums: torch.Tensor,
 ) -> None:
     """Rank 0: complete ``run.json``, write the run folder (its paths go into ``result``), print the summary line."""
     run, world = plan.run, distributed.world_size()
