@@ -9,8 +9,8 @@ reset) on the dicts as they are; anything else (single agents, simultaneous agen
 Evaluation acts with ``outputs["mean_actions"]`` (the mean or greedy actions, ``{agent: tensor}``) unless
 ``cfg.stochastic_evaluation`` is set, as skrl's trainers do for single agents.
 
-:func:`interact` is the body of that loop, one env step, with hooks: the trainer, ``skrl-marl eval``, the benchmarks
-(which time its phases) and the tests (which rewrite the env's infos) all step an agent through it.
+:func:`interact` is the body of that loop, one env step, with hooks: the trainer, ``skrl-marl eval``, code that times
+its phases and the tests (which rewrite the env's infos) all step an agent through it.
 """
 
 from __future__ import annotations
@@ -109,15 +109,14 @@ def interact(
     :param states: The env's states for them, ``{agent: tensor or None}``.
     :param timestep: Current timestep.
     :param timesteps: Total number of timesteps.
-    :param learn: Call the agent's ``post_interaction`` (where it learns when in training mode). False calls only
-        skrl's ``MultiAgent.post_interaction`` (tracking data and checkpoints at their intervals, no update), as
-        skrl's trainers do when they evaluate.
+    :param learn: Call the agent's ``post_interaction`` (where it learns in training mode); False calls only skrl's
+        ``MultiAgent.post_interaction`` (tracking data and checkpoints, no update), as skrl's trainers do to evaluate.
     :param deterministic: Step the env with ``outputs["mean_actions"]`` (the mean or greedy actions this package's
         agents give in evaluation mode) where the agent gives them, instead of the actions it sampled.
     :param infos_fn: Called as ``infos_fn(timestep, infos)`` with the env's step infos, before they are recorded;
         what it returns is recorded and returned instead (a test rewriting them, a trainer rendering or tracking).
-    :param on_phase: Called as ``on_phase(phase, milliseconds)`` after each of :data:`PHASES` (times from
-        ``time.perf_counter``); :func:`track_phase_times` gives the hook that tracks what skrl's trainers track.
+    :param on_phase: Called as ``on_phase(phase, milliseconds)`` after each of :data:`PHASES`;
+        :func:`track_phase_times` gives the hook that tracks what skrl's trainers track.
 
     :return: The actions taken and what the env returned for them.
     """
@@ -135,26 +134,32 @@ def interact(
         if infos_fn is not None:
             infos = infos_fn(timestep, infos)
             start = time.perf_counter()
-        agent.record_transition(
-            observations=observations,
-            states=states,
-            actions=actions,
-            rewards=rewards,
-            next_observations=next_observations,
-            next_states=next_states,
-            terminated=terminated,
-            truncated=truncated,
-            infos=infos,
-            timestep=timestep,
-            timesteps=timesteps,
-        )
+        step = StepResult(actions, next_observations, next_states, rewards, terminated, truncated, infos)
+        _record(agent, observations, states, step, timestep=timestep, timesteps=timesteps)
         start = _lap(on_phase, "record", start)
     if learn:
         agent.post_interaction(timestep=timestep, timesteps=timesteps)
     else:
         MultiAgent.post_interaction(agent, timestep=timestep, timesteps=timesteps)
     _lap(on_phase, "post_interaction", start)
-    return StepResult(actions, next_observations, next_states, rewards, terminated, truncated, infos)
+    return step
+
+
+def _record(agent: MultiAgent, observations: dict, states: dict, step: StepResult, *, timestep: int, timesteps: int):
+    """``agent.record_transition`` of the step from ``observations`` and ``states`` that produced ``step``."""
+    agent.record_transition(
+        observations=observations,
+        states=states,
+        actions=step.actions,
+        rewards=step.rewards,
+        next_observations=step.next_observations,
+        next_states=step.next_states,
+        terminated=step.terminated,
+        truncated=step.truncated,
+        infos=step.infos,
+        timestep=timestep,
+        timesteps=timesteps,
+    )
 
 
 def mean_episode_return(

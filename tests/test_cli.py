@@ -12,6 +12,7 @@ import torch
 from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
 
 from skrl_marl_ext import cli
+from skrl_marl_ext.cli import build, evaluation, training
 
 
 def _train(tmp_path, *extra):
@@ -185,13 +186,13 @@ def test_help_states_every_options_default(command, defaults, capsys):
 def _capture_runners(monkeypatch) -> list:
     """Every Runner that ``cli`` builds, in order (train's, then eval's)."""
     runners = []
-    build = cli.build_runner
 
     def capture(env, cfg):
-        runners.append(build(env, cfg))
+        runners.append(build.build_runner(env, cfg))
         return runners[-1]
 
-    monkeypatch.setattr(cli, "build_runner", capture)
+    monkeypatch.setattr(training, "build_runner", capture)
+    monkeypatch.setattr(evaluation, "build_runner", capture)
     return runners
 
 

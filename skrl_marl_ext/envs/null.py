@@ -5,7 +5,7 @@
 and both this package's agents and skrl's built-in MAPPO/IPPO can train on it. Each agent's observation decays
 towards zero and is pushed by its action; the team reward is the negative mean squared observation. Every episode
 is truncated after ``episode_length`` steps (all envs together). A step costs a handful of tensor operations on
-``(num_envs, num_agents, obs_size)``, so agent scaling benchmarks measure the agents.
+``(num_envs, num_agents, obs_size)``, so the time a run on it takes is the agents' time.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Isaac Lab env, at a step where some env ends the extras (the infos the agents ge
 observations and states, ``extras["final_observations"]`` and ``extras["final_states"]`` (see
 :mod:`skrl_marl_ext.keys`), which the time-limit bootstrap uses.
 
-Returns (the team reward summed over the 25 steps of an episode, per agent; measured, see the README):
-a random policy gets about -26, moving straight to the goal about -6.
+An episode's return (per agent) is the team reward summed over its steps: a policy that moves straight to its goal
+scores far higher than a random one.
 """
 
 from __future__ import annotations

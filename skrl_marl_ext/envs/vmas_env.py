@@ -10,8 +10,6 @@ Resets. VMAS scenarios reset either all envs (``env_index=None``, one batched ca
 (``reset_world_at(i)``, which draws ``(1, ...)`` tensors); there is no masked reset. The wrapper resets with one
 batched call when every env is finished at once (the usual case under ``max_steps``, since all envs start together),
 and otherwise calls the scenario once per finished index, then reads observations once for the whole batch.
-Measured on one CPU core, VMAS ``balance`` with 64 envs: a batched reset 2.5 ms, one per-index reset 2.5-3.0 ms,
-one step 6.6 ms.
 """
 
 from __future__ import annotations

@@ -1,0 +1,226 @@
+"""The Runner config of a ``train`` run: the default or ``--config`` YAML, ``SECTION.KEY=VALUE`` overrides, env
+arguments, and what the options set on top (seed, shared models, ``--rnn``, experiment folder, trainer)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import difflib
+import os
+import re
+from importlib import resources
+from typing import Any
+
+from skrl_marl_ext import distributed
+from skrl_marl_ext.cli.errors import UsageError, did_you_mean
+from skrl_marl_ext.cli.parser import DEFAULT_TIMESTEPS
+
+CONFIG_SECTIONS = ("agent", "models", "memory", "trainer")
+"""Sections of a Runner config that ``SECTION.KEY=VALUE`` overrides reach."""
+
+
+def check_algorithm(algo: str) -> None:
+    """Raise :class:`UsageError` unless ``algo`` is one of ours and importable (MADDPG is imported only here)."""
+    from skrl_marl_ext.runner import ALGORITHM_NAMES, load_algorithm
+
+    if algo not in ALGORITHM_NAMES:
+        raise UsageError(f"--algo {algo}: unknown algorithm; choose one of {', '.join(ALGORITHM_NAMES)}")
+    try:
+        load_algorithm(algo)
+    except ValueError as e:
+        raise UsageError(f"--algo {algo}: {e}") from None
+
+
+def default_config(algo: str) -> dict[str, Any]:
+    """The package's default Runner config for ``algo`` (``skrl_marl_ext/configs/<algo>.yaml``)."""
+    import yaml
+
+    text = resources.files("skrl_marl_ext").joinpath("configs", f"{algo}.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def load_config(path: str) -> dict[str, Any]:
+    """Read a Runner YAML file; raise :class:`UsageError` naming the problem."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise UsageError(f"--config {path}: no such file")
+    try:
+        with open(path) as file:
+            cfg = yaml.safe_load(file)
+    except yaml.YAMLError as e:
+        raise UsageError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(cfg, dict) or "agent" not in cfg:
+        raise UsageError(f"--config {path}: expected skrl Runner sections (models, memory, agent, trainer)")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------------- values
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _floats(value: Any) -> Any:
+    """``value`` with strings such as ``1e-3`` (which YAML 1.1 reads as strings) turned into floats, nested too."""
+    if isinstance(value, str) and _FLOAT.fullmatch(value):
+        return float(value)
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    return value
+
+
+def parse_value(text: str, *, item: str) -> Any:
+    """A command-line value read as YAML (``true``, ``[256,256]``, ``{a: 1}``; ``1e-3`` is a float too).
+
+    :param text: The text after ``=``.
+    :param item: The whole argument, named in the error.
+
+    :raises UsageError: When ``text`` is not YAML.
+    """
+    import yaml
+
+    try:
+        return _floats(yaml.safe_load(text))
+    except yaml.YAMLError as e:
+        raise UsageError(f"'{item}': the value is not valid YAML ({str(e).splitlines()[0]}); quote it") from None
+
+
+def parse_env_args(items: list[str]) -> dict[str, Any]:
+    """``["N=3", "continuous_actions=true"]`` -> ``{"N": 3, "continuous_actions": True}`` (values read as YAML)."""
+    kwargs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env-arg '{item}': write KEY=VALUE, e.g. --env-arg max_cycles=25")
+        kwargs[key] = parse_value(value, item=item)
+    return kwargs
+
+
+# ---------------------------------------------------------------------------------------------------- overrides
+
+
+def _override_hint(item: str) -> str:
+    """Why ``item`` is not an override, with the override it may have meant."""
+    head, sep, tail = item.partition(":") if "=" not in item else item.partition("=")
+    section = head.split(".")[0]
+    close = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
+    guess = f" Did you mean '{close[0]}{head[len(section) :]}={tail if sep else 'VALUE'}'?" if close else ""
+    return f"'{item}': not a config override; write SECTION.KEY=VALUE, e.g. agent.learning_rate=1e-3.{guess}"
+
+
+def parse_overrides(items: list[str]) -> list[tuple[str, tuple[str, ...], Any]]:
+    """``["agent.learning_rate=1e-3"]`` -> ``[(item, ("agent", "learning_rate"), 0.001)]``.
+
+    :param items: ``SECTION.KEY=VALUE`` arguments; ``KEY`` may be dotted (``models.policy.hidden_sizes``).
+
+    :raises UsageError: On an item without ``=`` or without a key inside the section, or an unknown section (the
+        message names the closest one).
+    """
+    overrides = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        path = tuple(part.strip() for part in key.split("."))
+        if not sep or not all(path):
+            raise UsageError(_override_hint(item))
+        if path[0] not in CONFIG_SECTIONS:
+            raise UsageError(
+                f"'{item}': unknown config section '{path[0]}'.{did_you_mean(path[0], CONFIG_SECTIONS)} "
+                f"Sections: {', '.join(CONFIG_SECTIONS)}"
+            )
+        if len(path) < 2:
+            raise UsageError(f"'{item}': name a key inside {path[0]}, e.g. {path[0]}.KEY=VALUE")
+        overrides.append((item, path, parse_value(text, item=item)))
+    return overrides
+
+
+def apply_overrides(cfg: dict[str, Any], overrides: list[tuple[str, tuple[str, ...], Any]]) -> dict[str, Any]:
+    """A copy of ``cfg`` with each override's value set at its dotted path (missing sections are created).
+
+    :param cfg: A Runner config.
+    :param overrides: As :func:`parse_overrides` returns them.
+
+    :raises UsageError: On a path through a value that is not a section (``agent.learning_rate.x``), into a model
+        the config does not have (``models.polcy.hidden_sizes``: the message names the closest), or on
+        ``agent.class`` (``--algo`` chooses the algorithm).
+    """
+    cfg = copy.deepcopy(cfg)
+    for item, path, value in overrides:
+        if path == ("agent", "class"):
+            raise UsageError(f"'{item}': choose the algorithm with --algo (or --config), not with agent.class")
+        node = cfg
+        for depth, key in enumerate(path[:-1]):
+            child = node.get(key)
+            if path[0] == "models" and depth == 1 and not isinstance(child, dict):
+                roles = [role for role, section in node.items() if isinstance(section, dict)]
+                raise UsageError(
+                    f"'{item}': the config has no model '{key}'.{did_you_mean(key, roles)} "
+                    f"Models: {', '.join(roles) or 'none'}"
+                )
+            if child is None:
+                child = node[key] = {}
+            elif not isinstance(child, dict):
+                where = ".".join(path[: depth + 1])
+                raise UsageError(f"'{item}': {where} is {child!r} in the config, not a section with keys")
+            node = child
+        node[path[-1]] = value
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------------- a new run
+
+
+def train_config(args: argparse.Namespace) -> tuple[str, dict[str, Any], int]:
+    """``(algo, config with the overrides applied, timesteps)`` from ``--algo``, ``--config``, the overrides."""
+    overrides = parse_overrides(args.overrides)
+    cfg = load_config(args.config) if args.config else None
+    algo = str(args.algo or (cfg["agent"].get("class") if cfg else "mappo")).lower()
+    check_algorithm(algo)
+    if cfg is None:
+        cfg = default_config(algo)
+    elif str(cfg["agent"].get("class", "")).lower() != algo:
+        raise UsageError(f"--algo {algo} but --config has agent.class {cfg['agent'].get('class')}; drop one of them")
+    cfg = apply_overrides(cfg, overrides)
+    timesteps = args.timesteps or (cfg.get("trainer") or {}).get("timesteps") or DEFAULT_TIMESTEPS
+    if args.num_envs < 1 or timesteps < 1:
+        raise UsageError("--num-envs and --timesteps must be positive")
+    return algo, cfg, timesteps
+
+
+def runner_config(cfg: dict[str, Any], args: argparse.Namespace, *, run_name: str, timesteps: int) -> dict:
+    """``cfg`` with what the options set: seed (``seed + rank``), shared models, experiment directory, trainer."""
+    cfg = copy.deepcopy(cfg)
+    cfg["seed"] = args.seed + distributed.rank()
+    cfg["models"] = cfg.get("models") or {}
+    if args.shared_policy:
+        cfg["models"]["share_across_agents"] = True
+    if getattr(args, "rnn", None):
+        _recurrent_models(cfg, args.rnn, args.sequence_length)
+    experiment = cfg["agent"].get("experiment") or {}
+    experiment.update({"directory": os.path.abspath(args.out), "experiment_name": run_name})
+    cfg["agent"]["experiment"] = experiment
+    cfg["trainer"] = {**(cfg.get("trainer") or {}), "timesteps": timesteps, "headless": True}
+    cfg["trainer"]["disable_progressbar"] = bool(args.no_progress) or distributed.rank() > 0
+    return cfg
+
+
+def _recurrent_models(cfg: dict[str, Any], cell: str, sequence_length: int) -> None:
+    """``--rnn``: the policy and value models become :class:`~skrl_marl_ext.models.GaussianRNN` /
+    ``CategoricalRNN`` and ``ValueRNN`` with ``cell``, keeping their sections' other keys (head sizes, activation)."""
+    algo = str(cfg["agent"].get("class", "")).lower()
+    if algo not in ("mappo", "ippo"):
+        raise UsageError(f"--rnn works with mappo and ippo, not {algo}")
+    rollouts = int(cfg["agent"].get("rollouts", 16))
+    if sequence_length < 1 or rollouts % sequence_length:
+        raise UsageError(
+            f"--sequence-length {sequence_length} must divide agent.rollouts ({rollouts}); pass another length or "
+            f"agent.rollouts=<a multiple of {sequence_length}>"
+        )
+    for role, name in (("policy", "PolicyRNN"), ("value", "ValueRNN")):
+        section = dict(cfg["models"].get(role) or {})
+        section.update({"class": name, "cell": cell, "sequence_length": sequence_length})
+        section["hidden_sizes"] = list(section.get("hidden_sizes") or [64])[-1:]  # the head after the RNN
+        section.setdefault("hidden_size", 64 if not section["hidden_sizes"] else int(section["hidden_sizes"][0]))
+        cfg["models"][role] = section

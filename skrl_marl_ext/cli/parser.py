@@ -1,0 +1,176 @@
+"""The ``skrl-marl`` argument parser: the ``train``, ``eval`` and ``export`` sub-commands and their options."""
+
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_ENV = "vmas:balance"
+DEFAULT_NUM_ENVS = 128
+DEFAULT_TIMESTEPS = 4000  # env steps of every env
+THREADS_HELP = (
+    "CPU threads of torch; 0 keeps torch's own default (default: %(default)s, as batched envs and small MLPs gain "
+    "little from more, and on a busy machine extra threads spin-wait on each other)"
+)
+OVERRIDES_HELP = (
+    "config overrides after the options, applied on top of the default or --config YAML: a dotted key inside one of "
+    "the sections agent, models, memory, trainer, and a value read as YAML, e.g. agent.learning_rate=1e-3 "
+    "agent.mixed_precision=true models.policy.hidden_sizes=[256,256] (quote it for your shell) "
+    "agent.experiment.write_interval=50; recorded in run.json (default: none, the config as it is)"
+)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """The ``skrl-marl`` parser; every option's help states its default."""
+    parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    _add_train_parser(commands)
+    _add_eval_parser(commands)
+    _add_export_parser(commands)
+    return parser
+
+
+def _add_train_parser(commands) -> None:
+    t = commands.add_parser(
+        "train",
+        help="train an agent (defaults: MAPPO on VMAS balance)",
+        usage="skrl-marl train [options] [SECTION.KEY=VALUE ...]",
+        epilog="example: skrl-marl train --env builtin:spread agent.learning_rate=1e-3 "
+        "'models.policy.hidden_sizes=[256,256]'; under torchrun: torchrun --nproc_per_node=2 -m skrl_marl_ext train",
+    )
+    _add_task_options(t)
+    _add_process_options(t)
+    _add_model_options(t)
+    _add_output_options(t)
+    t.add_argument("overrides", nargs="*", metavar="SECTION.KEY=VALUE", help=OVERRIDES_HELP)
+
+
+def _add_task_options(t: argparse.ArgumentParser) -> None:
+    """What ``train`` trains on: algorithm, env and its arguments, envs per batch, steps."""
+    t.add_argument(
+        "--algo", default=None, help="mappo, ippo or maddpg (default: the --config's agent.class, else mappo)"
+    )
+    t.add_argument(
+        "--env",
+        default=DEFAULT_ENV,
+        help="vmas:<scenario> | pettingzoo:<module> | builtin:spread | builtin:memory (default: %(default)s)",
+    )
+    t.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env argument, repeatable (default: none, the env's own defaults)",
+    )
+    t.add_argument(
+        "--num-envs", type=int, default=DEFAULT_NUM_ENVS, help="envs stepped as one batch (default: %(default)s)"
+    )
+    t.add_argument(
+        "--timesteps",
+        type=int,
+        default=None,
+        help=f"env steps, each stepping every env (default: the config's trainer.timesteps, else {DEFAULT_TIMESTEPS})",
+    )
+
+
+def _add_process_options(t: argparse.ArgumentParser) -> None:
+    """Where and how ``train`` runs: device, CPU threads, seed."""
+    t.add_argument(
+        "--device",
+        default="cpu",
+        help="device of env and agent: cpu, cuda, cuda:1, ...; under torchrun cuda means cuda:LOCAL_RANK "
+        "(default: %(default)s)",
+    )
+    t.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    t.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of torch, numpy and the env; rank r takes seed + r (default: %(default)s)",
+    )
+
+
+def _add_model_options(t: argparse.ArgumentParser) -> None:
+    """The agent ``train`` builds: its config file, shared models, recurrent models."""
+    t.add_argument(
+        "--config",
+        default=None,
+        help="skrl Runner YAML with models, memory, agent and trainer sections "
+        "(default: the package's skrl_marl_ext/configs/<algo>.yaml)",
+    )
+    t.add_argument(
+        "--shared-policy",
+        action="store_true",
+        help="agents with equal spaces share their models (default: off, one model per agent)",
+    )
+    t.add_argument(
+        "--rnn",
+        choices=("gru", "lstm"),
+        default=None,
+        help="recurrent policy and value models (MAPPO/IPPO): a GRU or LSTM then one head layer; the run's sequences "
+        "are --sequence-length steps (default: off, MLP models)",
+    )
+    t.add_argument(
+        "--sequence-length",
+        type=int,
+        default=10,
+        help="steps per training sequence of --rnn models; must divide agent.rollouts (default: %(default)s)",
+    )
+
+
+def _add_output_options(t: argparse.ArgumentParser) -> None:
+    """Where ``train`` writes, and ``--resume`` of a run it wrote."""
+    t.add_argument(
+        "--out", default="runs", help="directory of the runs (default: %(default)s, in the working directory)"
+    )
+    t.add_argument("--no-progress", action="store_true", help="hide the progress bar (default: off, the bar is shown)")
+    t.add_argument(
+        "--resume",
+        default=None,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR (a run directory of train) from its newest checkpoint, with the run's own "
+        "config from its run.json, for its remaining steps, writing into RUN_DIR; the envs start new episodes "
+        "(default: none, a new run)",
+    )
+
+
+def _add_eval_parser(commands) -> None:
+    e = commands.add_parser("eval", help="run deterministic episodes of a trained agent")
+    e.add_argument(
+        "--checkpoint",
+        required=True,
+        help="run directory of 'skrl-marl train', or a .pt file in its checkpoints/ (required, no default)",
+    )
+    e.add_argument(
+        "--episodes", type=int, default=10, help="deterministic episodes to run and report (default: %(default)s)"
+    )
+    e.add_argument(
+        "--num-envs", type=int, default=None, help="envs stepped as one batch (default: min(training envs, --episodes))"
+    )
+    e.add_argument("--device", default=None, help="device of env and agent (default: the training device)")
+    e.add_argument("--threads", type=int, default=1, help=THREADS_HELP)
+    e.add_argument(
+        "--seed", type=int, default=12345, help="seed of torch, numpy and the env's episodes (default: %(default)s)"
+    )
+
+
+def _add_export_parser(commands) -> None:
+    x = commands.add_parser(
+        "export", help="write a checkpoint's models and preprocessors as a file skrl's MAPPO/IPPO load() reads"
+    )
+    x.add_argument("checkpoint", help="checkpoint written by MAPPO, IPPO or MADDPG (a .pt file; required)")
+    x.add_argument("--out", required=True, help="the file to write (required, no default)")
+    x.set_defaults(threads=0)
+
+
+def typed_options(argv: list[str]) -> set[str]:
+    """The ``train`` options present in ``argv`` (argparse names; ``overrides`` when any was given): ``argv`` parsed
+    again with every default suppressed (an option typed with its default value is still one the user chose)."""
+    parser = make_parser()
+    for action in parser._subparsers._group_actions[0].choices["train"]._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv))) - {"command"}
+
+
+def given(args: argparse.Namespace) -> set[str]:
+    """The ``train`` options typed on the command line (argparse names), as :func:`typed_options` found them."""
+    return set(getattr(args, "given", ()))
