@@ -35,10 +35,9 @@ from skrl.models.torch import Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.utils.spaces.torch import unflatten_tensorized_space
 from skrl.utils.tensorboard import SummaryWriter
-from torch.optim import optimizer as torch_optimizer
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.batched import StackedPreprocessor, clip_grad_norm_per_agent_
+from skrl_marl_ext.agents.batched import StackedPreprocessor, clip_grad_norm_per_agent_, make_adam  # noqa: F401
 from skrl_marl_ext.agents.checkpoint import load_checkpoint
 from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
@@ -68,41 +67,6 @@ def make_grad_scaler(device_type: str, enabled: bool):
     if version.parse(torch.__version__) >= version.parse("2.4"):
         return torch.amp.GradScaler(device=device_type, enabled=enabled)
     return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - old torch
-
-
-class Adam(torch.optim.Adam):
-    """``torch.optim.Adam`` that steps a parameter stored transposed (a batched group's linear weights: ``(G, out,
-    in)`` held as ``(G, in, out)`` in memory, see :func:`~skrl_marl_ext.agents.batched.StackedModules`) through its
-    contiguous transpose, with its gradient and moments: the same elementwise update, but torch's fused CPU kernel
-    runs twice as long on the strided tensors (711-730 against 368-374 us per step for 16 MAPPO agents' stacked
-    parameters). Its state and checkpoints are torch's Adam's, tensor for tensor."""
-
-    def _init_group(self, group, params, *lists):
-        result = super()._init_group(group, params, *lists)  # fills the lists: grads, moments, steps
-        for i, param in enumerate(params):
-            if param.dim() >= 2 and not param.is_contiguous() and param.mT.is_contiguous():
-                params[i] = param.mT
-                for tensors in lists:  # the same index of every list (none when empty, e.g. without amsgrad)
-                    if len(tensors) == len(params) and tensors[i].dim() >= 2:
-                        tensors[i] = tensors[i].mT
-        return result
-
-
-def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
-    """:class:`Adam` (``torch.optim.Adam(params, **kwargs)``), fused where torch has the fused kernel for every
-    parameter's device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
-
-    The same update as skrl's ``torch.optim.Adam(params, lr=...)`` up to float rounding, in fewer passes over memory:
-    the fused kernel reads and writes each parameter, gradient and moment once per step, where ``foreach`` runs some
-    ten elementwise ops (on CPU, one after another over every tensor), and on a GPU it is one kernel launch per step
-    instead of ~10. A ``GradScaler`` hands it the scale and the inf check (``_step_supports_amp_scaling``).
-    """
-    tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
-    supported = getattr(torch_optimizer, "_get_fused_kernels_supported_devices", list)()
-    if version.parse(torch.__version__) < version.parse("2.4"):
-        supported = [d for d in supported if d != "cpu"]  # pragma: no cover - old torch: no CPU kernel
-    fused = all(p.device.type in supported and p.dtype.is_floating_point for p in tensors)
-    return Adam(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
 
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
@@ -661,11 +625,9 @@ class GroupedMultiAgent(MultiAgent):
 
 __all__ = [
     "AGENT_MASK_KEY",
-    "Adam",
     "GroupedMultiAgent",
     "Progress",
     "allowed_somewhere",
-    "make_adam",
     "make_grad_scaler",
     "optimizer_steps",
 ]

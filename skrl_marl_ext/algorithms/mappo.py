@@ -30,8 +30,8 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, make_adam, optimizer_steps
-from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedPreprocessor, stackable_preprocessor
+from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, optimizer_steps
+from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedPreprocessor, make_adam, stackable_preprocessor
 from skrl_marl_ext.agents.checkpoint import OptimizerCheckpoint
 from skrl_marl_ext.agents.groups import AgentGroup
 from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
@@ -387,7 +387,7 @@ class OnPolicyAgent(GroupedMultiAgent):
                 # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
                 obs, st = self._model_inputs(group, raw_obs, raw_states)
                 policy_inputs = {"observations": obs, "states": st}
-                action_mask = self._action_mask(group, raw_obs)  # masks
+                action_mask = self._action_mask(group, raw_obs) if group.discrete else None  # masks
                 if action_mask is not None:
                     policy_inputs[ACTION_MASK_KEY] = action_mask
                 value_inputs = {"observations": obs, "states": st}
@@ -459,7 +459,8 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
         MultiAgent.record_transition(self, **step)
         infos = infos if isinstance(infos, dict) else {}
-        self._keep_action_masks(infos)  # masks: those of next_observations, for the next act
+        if ACTION_MASK_KEY in infos or self._infos_action_masks is not None:  # masks of next_observations
+            self._keep_action_masks(infos)
         if self.training:
             self._next_observations, self._next_states = next_observations, next_states
             t = self._rollout_step
@@ -470,9 +471,12 @@ class OnPolicyAgent(GroupedMultiAgent):
                 if group.rollout is None:
                     self._allocate(group, decision)
                 b = group.rollout
-                mask = self._agent_mask(group, observations, infos.get(AGENT_MASK_KEY), b.num_envs)
                 b.write(t, observations=decision.observations, log_prob=decision.log_prob, values=decision.values)
-                b.write(t, agent_mask=mask)
+                agent_masks = infos.get(AGENT_MASK_KEY)
+                if isinstance(agent_masks, dict) or len(observations) < len(self.possible_agents):  # masks
+                    b.write(t, agent_mask=self._agent_mask(group, observations, agent_masks, b.num_envs))
+                else:
+                    b.tensors["agent_mask"][t].fill_(True)
                 for name in ("actions", "rewards", "terminated", "truncated"):
                     group.stack(step[name], out=b.tensors[name][t])
                 if "states" in b.tensors:

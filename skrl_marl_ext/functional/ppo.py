@@ -10,45 +10,40 @@ from __future__ import annotations
 import torch
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None) -> torch.Tensor:
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None, keepdim: bool = False) -> torch.Tensor:
     """Mean of ``x`` over the entries where ``mask`` is true (all entries when ``mask`` is None).
 
     :param x: Values, any shape.
     :param mask: Boolean or 0/1 mask broadcastable to ``x``, or None.
     :param dim: Dimension(s) to reduce; None reduces all.
+    :param keepdim: Keep the reduced dimensions (with size 1); only with ``dim``.
 
     :return: The masked mean. Where a slice has no unmasked entry the result is 0 (not NaN).
     """
     if mask is None:
-        return x.mean() if dim is None else x.mean(dim=dim)
+        return x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
     mask = mask.to(x.dtype).expand_as(x)
     if dim is None:
         return (x * mask).sum() / mask.sum().clamp(min=1.0)
-    return (x * mask).sum(dim=dim) / mask.sum(dim=dim).clamp(min=1.0)
+    return (x * mask).sum(dim=dim, keepdim=keepdim) / mask.sum(dim=dim, keepdim=keepdim).clamp(min=1.0)
 
 
 def masked_mean_var(
-    x: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None
+    x: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None, keepdim: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and (biased) variance of ``x`` over the unmasked entries.
 
     :param x: Values, any shape.
     :param mask: Boolean or 0/1 mask broadcastable to ``x``, or None.
     :param dim: Dimension(s) to reduce; None reduces all.
+    :param keepdim: Keep the reduced dimensions (with size 1); only with ``dim``.
 
     :return: ``(mean, var)`` with the reduced shape.
     """
-    mean = masked_mean(x, mask, dim=dim)
-    centred = x - (mean if dim is None else _keep(mean, x, dim))
-    return mean, masked_mean(centred * centred, mask, dim=dim)
-
-
-def _keep(reduced: torch.Tensor, like: torch.Tensor, dim) -> torch.Tensor:
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    shape = list(like.shape)
-    for d in dims:
-        shape[d] = 1
-    return reduced.reshape(shape)
+    mean = masked_mean(x, mask, dim=dim, keepdim=dim is not None)
+    centred = x - mean
+    var = masked_mean(centred * centred, mask, dim=dim, keepdim=keepdim)
+    return (mean if keepdim or dim is None else mean.reshape(var.shape)), var
 
 
 def normalize_advantages(
@@ -63,9 +58,7 @@ def normalize_advantages(
 
     :return: Standardised advantages, same shape (masked entries are standardised too; they are never used).
     """
-    mean, var = masked_mean_var(advantages, mask, dim=dim)
-    if dim is not None:
-        mean, var = _keep(mean, advantages, dim), _keep(var, advantages, dim)
+    mean, var = masked_mean_var(advantages, mask, dim=dim, keepdim=True)
     return (advantages - mean) / (var.sqrt() + epsilon)
 
 
