@@ -15,8 +15,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 import skrl_marl_ext.algorithms.mappo as on_policy
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
-from skrl_marl_ext.agents.batched import make_adam
-from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_
+from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_, make_adam
 from skrl_marl_ext.envs import make_spread_env
 from skrl_marl_ext.models import QMLP, GaussianMLP
 

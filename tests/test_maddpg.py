@@ -1065,7 +1065,7 @@ def test_policy_regularization_adds_the_mean_square_of_the_pre_tanh_output(batch
     for weight in (0.01, 0.0):
         total = 0.0
         for group in agent.groups:
-            group.cfg["policy_regularization"] = weight
+            group.cfg.policy_regularization = weight
             total += agent._actor_loss(group, batch, joint_taken=joint_taken)[0].item()
         losses[weight] = total
     with torch.no_grad():
@@ -1091,13 +1091,13 @@ def test_policy_regularization_refuses_or_skips_a_policy_without_the_pre_tanh_ou
     with pytest.raises(ValueError, match="policy_regularization is 0.001 but the policy of agents .* gives no"):
         make_agent(env, {"policy_regularization": 1e-3}, models=models)
     agent = make_agent(env, {"policy_regularization": 0.0}, models=copy.deepcopy(models))  # off: any policy
-    assert [g.cfg["policy_regularization"] for g in agent.groups] == [0.0]
+    assert [g.cfg.policy_regularization for g in agent.groups] == [0.0]
     with pytest.warns(UserWarning, match="default pre-tanh penalty .* is off for them"):  # None: where given
         agent = make_agent(env, {"policy_regularization": None}, models=copy.deepcopy(models))
-    assert [g.cfg["policy_regularization"] for g in agent.groups] == [0.0]
+    assert [g.cfg.policy_regularization for g in agent.groups] == [0.0]
     agent = make_agent(env, {"policy_regularization": None})  # DeterministicMLP policies: the paper code's weight
-    assert [g.cfg["policy_regularization"] for g in agent.groups] == [1e-3]
-    assert [g.cfg["policy_regularization"] for g in make_agent(env).groups] == [0.0]  # the default: off
+    assert [g.cfg.policy_regularization for g in agent.groups] == [1e-3]
+    assert [g.cfg.policy_regularization for g in make_agent(env).groups] == [0.0]  # the default: off
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ def first_mini_batch_log_probs(agent):
     count = {"n": 0}
 
     def spy(group, batch, sums):
-        per_update = group.cfg["learning_epochs"] * group.mini_batches
+        per_update = group.cfg.learning_epochs * group.mini_batches
         if count["n"] % per_update == 0:
             rec = group.recurrent
             inputs = {

@@ -47,20 +47,6 @@ from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
 from skrl_marl_ext.preprocessors import identity, make_preprocessor
 
-SHARED_GROUP_FIELDS = (
-    "discount_factor",
-    "learning_rate_scheduler",
-    "learning_rate_scheduler_kwargs",
-    "observation_preprocessor",
-    "observation_preprocessor_kwargs",
-    "state_preprocessor",
-    "state_preprocessor_kwargs",
-    "grad_norm_clip",
-    "time_limit_bootstrap",
-)
-"""Per-agent config fields of every agent that must agree within a group (one loss, one optimiser step); each agent
-adds its own (:attr:`GroupedMultiAgent.group_fields`)."""
-
 
 def make_grad_scaler(device_type: str, enabled: bool):
     """``torch.amp.GradScaler`` on torch >= 2.4, ``torch.cuda.amp.GradScaler`` before (disabled unless ``enabled``)."""
@@ -111,8 +97,6 @@ class GroupedMultiAgent(MultiAgent):
     """The agent's config dataclass."""
     roles: tuple[str, ...]
     """The model roles every agent's models dict must hold."""
-    group_fields: tuple[str, ...] = ()
-    """Per-agent config fields that must agree within a group (they shape one loss and one optimiser step)."""
     group_class: type = AgentGroup
     requires_states: bool = False
     """Whether the agent refuses to be built without ``state_spaces``."""
@@ -198,11 +182,9 @@ class GroupedMultiAgent(MultiAgent):
     def _build_groups(self) -> list[AgentGroup]:
         spaces = {"observation": self.observation_spaces, "action": self.action_spaces, "state": self.state_spaces}
         options = {"models": self.models, "roles": self.roles, "spaces": spaces, "cfg": self.cfg}
-        partition = group_agents(
-            owner=type(self).__name__, possible_agents=self.possible_agents, group_fields=self.group_fields, **options
-        )
+        partition = group_agents(owner=type(self).__name__, possible_agents=self.possible_agents, **options)
         singles = [uids for uids in partition if len(uids) == 1 and self._batchable(uids[0])]
-        batched = {tuple(u): b for u, b in batch_groups(singles, group_fields=self.group_fields, **options) if b}
+        batched = {tuple(u): b for u, b in batch_groups(singles, **options) if b}
         merged, done = [], set()
         for uids in partition:
             whole = next((list(b) for b in batched if uids[0] in b), uids)
@@ -219,7 +201,7 @@ class GroupedMultiAgent(MultiAgent):
                 observation_space=self.observation_spaces[first],
                 state_space=self.state_spaces[first],
                 action_space=self.action_spaces[first],
-                cfg={f.name: self.cfg.value_for(f.name, first) for f in dataclasses.fields(self.cfg)},
+                cfg=self.cfg.for_agent(first),
                 agent_models={r: [self.models[u][r] for u in uids] for r in self.roles} if is_batched else None,
             )
             group.stack_models()
@@ -229,7 +211,7 @@ class GroupedMultiAgent(MultiAgent):
     def _make_preprocessor(self, group: AgentGroup, kind: str, size: Any) -> Any:
         """The group's ``cfg.<kind>_preprocessor``: one for a shared model, each agent's own (stacked) for a batched
         group, the identity when none."""
-        cls, kwargs = group.cfg[f"{kind}_preprocessor"], group.cfg[f"{kind}_preprocessor_kwargs"]
+        cls, kwargs = getattr(group.cfg, f"{kind}_preprocessor"), getattr(group.cfg, f"{kind}_preprocessor_kwargs")
         if not cls:
             return identity
         if not group.batched:

@@ -182,7 +182,8 @@ def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
         supported = [d for d in supported if d != "cpu"]  # pragma: no cover - old torch: no CPU kernel
     fused = all(p.device.type in supported and p.dtype.is_floating_point for p in tensors)
     # torch's own Adam unless a parameter is stored transposed (a batched group's linear weights, see _stack)
-    cls = Adam if any(p.dim() >= 2 and not p.is_contiguous() for p in tensors) else torch.optim.Adam
+    transposed = any(not nn.parameter.is_lazy(p) and p.dim() >= 2 and not p.is_contiguous() for p in tensors)
+    cls = Adam if transposed else torch.optim.Adam
     return cls(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
 
 

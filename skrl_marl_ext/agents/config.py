@@ -116,6 +116,17 @@ class MarlCfg(MultiAgentCfg):
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         """Hook for subclasses: normalise per-agent values after expansion (e.g. scalars into pairs)."""
 
+    @classmethod
+    def per_agent_fields(cls) -> list[str]:
+        """The fields that may take a value per agent: all but :attr:`shared_fields`. Agents that form one group (one
+        loss, one optimiser step) must agree on every one of them."""
+        return [field.name for field in dataclasses.fields(cls) if field.name not in cls.shared_fields]
+
+    def for_agent(self, uid: str) -> MarlCfg:
+        """This config (after :meth:`expand`) with every per-agent field holding agent ``uid``'s value: the typed
+        config of the group ``uid`` belongs to."""
+        return dataclasses.replace(self, **{name: self.value_for(name, uid) for name in self.per_agent_fields()})
+
     def value_for(self, name: str, uid: str) -> Any:
         """The value of field ``name`` for agent ``uid`` (after :meth:`expand`)."""
         value = getattr(self, name)

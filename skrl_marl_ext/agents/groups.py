@@ -47,8 +47,8 @@ class AgentGroup:
     observation_space: gymnasium.Space
     state_space: gymnasium.Space | None
     action_space: gymnasium.Space
-    cfg: dict[str, Any]
-    """The group's value of every config field."""
+    cfg: MarlCfg
+    """The agent's config with each per-agent field holding the group's value (:meth:`MarlCfg.for_agent`)."""
     observation_preprocessor: Callable = identity
     state_preprocessor: Callable = identity
     mask_in_observations: bool = False
@@ -73,7 +73,7 @@ class AgentGroup:
         self.size = len(self.uids)
         self.batched = self.agent_models is not None
         self.discrete = isinstance(self.action_space, gymnasium.spaces.Discrete)
-        shared = self.cfg.get("agent_id_input") and self.size > 1 and not self.batched
+        shared = getattr(self.cfg, "agent_id_input", False) and self.size > 1 and not self.batched
         self.id_size = self.size if shared else 0
 
     def stack_models(self) -> None:
@@ -169,12 +169,11 @@ def group_agents(
     roles: Sequence[str],
     spaces: dict[str, dict[str, gymnasium.Space | None]],
     cfg: MarlCfg,
-    group_fields: Sequence[str],
 ) -> list[list[str]]:
     """Partition the agents into groups that share the very same model object in every role.
 
-    Agents that share one model must share all of them (else an error), have equal spaces and equal values of
-    ``group_fields`` (they form one loss and one optimiser step).
+    Agents that share one model must share all of them (else an error), have equal spaces and equal values of every
+    per-agent config field (they form one loss and one optimiser step).
 
     :param roles: Model roles that define a group, e.g. ``("policy", "value")``.
     :param spaces: ``{"observation": spaces, "action": spaces, ...}`` that must agree within a group.
@@ -203,7 +202,7 @@ def group_agents(
                         f"{owner}: agents '{first}' and '{uid}' share their models but have different {what} "
                         f"spaces ({per_agent[first]} vs {per_agent[uid]}); shared models need equal spaces"
                     )
-            for field in group_fields:
+            for field in cfg.per_agent_fields():
                 if cfg.value_for(field, uid) != cfg.value_for(field, first):
                     raise ValueError(
                         f"{owner}: agents '{first}' and '{uid}' share their models (one optimiser, one loss) but "
@@ -219,14 +218,13 @@ def batch_groups(
     roles: Sequence[str],
     spaces: dict[str, dict[str, gymnasium.Space | None]],
     cfg: MarlCfg,
-    group_fields: Sequence[str],
 ) -> list[tuple[list[str], bool]]:
     """Merge agents with models of their own (groups of one) into batched groups where they can run as one batch.
 
     Agents batch when, role by role, their models have the same class and parameter and buffer shapes
     (:func:`~skrl_marl_ext.agents.batched.stack_signature`; lazy parameters not yet initialised do not stack), a model
     serves one role only, and their spaces and
-    ``group_fields`` agree. A batched group takes the place of its first agent; the order is otherwise kept.
+    per-agent config fields agree. A batched group takes the place of its first agent; the order is otherwise kept.
 
     :param groups: The groups of :func:`group_agents`.
     :return: ``(uids, batched)`` per group.
@@ -243,7 +241,7 @@ def batch_groups(
         key = (
             signatures,
             tuple(str(per_agent[uid]) for per_agent in spaces.values()),
-            tuple(repr(cfg.value_for(field, uid)) for field in group_fields),
+            tuple(repr(cfg.value_for(field, uid)) for field in cfg.per_agent_fields()),
         )
         if key not in keys:
             keys[key] = []

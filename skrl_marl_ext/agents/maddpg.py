@@ -60,11 +60,12 @@ from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, Progress, make_adam
+from skrl_marl_ext.agents.base import GroupedMultiAgent, Progress
 from skrl_marl_ext.agents.batched import (
     AgentOptimizerView,
     StackedPreprocessor,
     apply_preprocessor,
+    make_adam,
     stackable_preprocessor,
     update_preprocessor,
 )
@@ -93,16 +94,6 @@ TWIN_ROLES = ("critic_2", "target_critic_2")
 
 DEFAULT_POLICY_REGULARIZATION = 1e-3
 """``cfg.policy_regularization`` where it is None and the policy gives its pre-tanh output (the MADDPG paper code's)."""
-
-# per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)
-_GROUP_FIELDS = (
-    *SHARED_GROUP_FIELDS,
-    "polyak",
-    "actor_learning_rate",
-    "critic_learning_rate",
-    "gumbel_temperature",
-    "policy_regularization",
-)
 
 
 @dataclasses.dataclass
@@ -177,7 +168,6 @@ class MADDPG(GroupedMultiAgent):
 
     cfg_class = MADDPG_CFG
     roles = ROLES
-    group_fields = _GROUP_FIELDS
     group_class = MADDPGGroup
     progress_class = MADDPGProgress
 
@@ -272,11 +262,11 @@ class MADDPG(GroupedMultiAgent):
         group.state_preprocessor = self._make_preprocessor(group, "state", group.critic_state_space)
 
         self._copy_targets(group)
-        actor_lr, critic_lr = cfg["actor_learning_rate"], cfg["critic_learning_rate"]
+        actor_lr, critic_lr = cfg.actor_learning_rate, cfg.critic_learning_rate
         group.policy_optimizer = make_adam(group.parameters("policy"), lr=actor_lr)
         group.critic_optimizer = make_adam(group.parameters(*group.critic_roles), lr=critic_lr)
-        (actor_scheduler, critic_scheduler) = cfg["learning_rate_scheduler"]
-        (actor_kwargs, critic_kwargs) = cfg["learning_rate_scheduler_kwargs"]
+        (actor_scheduler, critic_scheduler) = cfg.learning_rate_scheduler
+        (actor_kwargs, critic_kwargs) = cfg.learning_rate_scheduler_kwargs
         if actor_scheduler:
             group.policy_scheduler = actor_scheduler(group.policy_optimizer, **actor_kwargs)
         if critic_scheduler:
@@ -392,15 +382,15 @@ class MADDPG(GroupedMultiAgent):
     def _resolve_policy_regularization(self, group: MADDPGGroup, policy_inputs: dict) -> None:
         """``cfg.policy_regularization`` of the group as a number: None becomes 1e-3 where the policy gives its
         pre-tanh output and 0 (with a warning) where it does not; a weight > 0 for such a policy is refused."""
-        weight = group.cfg["policy_regularization"]
+        weight = group.cfg.policy_regularization
         if group.discrete or weight == 0:
-            group.cfg["policy_regularization"] = 0.0
+            group.cfg.policy_regularization = 0.0
             return
         with torch.no_grad():
             what = f"the policy of agents {group.uids}"
             _, outputs = call_model(type(self).__name__, what, group.policy, policy_inputs, role="policy", hint="")
         if isinstance(outputs, dict) and outputs.get(PRE_TANH_ACTIONS_KEY) is not None:
-            group.cfg["policy_regularization"] = DEFAULT_POLICY_REGULARIZATION if weight is None else weight
+            group.cfg.policy_regularization = DEFAULT_POLICY_REGULARIZATION if weight is None else weight
         elif weight is None:
             warnings.warn(
                 f"{type(self).__name__}: the policy of agents {group.uids} gives no outputs['{PRE_TANH_ACTIONS_KEY}'] "
@@ -409,13 +399,13 @@ class MADDPG(GroupedMultiAgent):
                 "or set policy_regularization=0 to silence this",
                 stacklevel=2,
             )
-            group.cfg["policy_regularization"] = 0.0
+            group.cfg.policy_regularization = 0.0
         else:
             raise ValueError(self._no_pre_tanh(group))
 
     def _no_pre_tanh(self, group: MADDPGGroup) -> str:
         return (
-            f"{type(self).__name__}: cfg.policy_regularization is {group.cfg['policy_regularization']} but the policy "
+            f"{type(self).__name__}: cfg.policy_regularization is {group.cfg.policy_regularization} but the policy "
             f"of agents {group.uids} gives no outputs['{PRE_TANH_ACTIONS_KEY}'] (its output before the tanh; "
             "skrl_marl_ext.models.DeterministicMLP gives it): return it from compute(), or set policy_regularization=0"
         )
@@ -738,7 +728,7 @@ class MADDPG(GroupedMultiAgent):
         """
         cfg, G, B = group.cfg, group.size, joint_taken.shape[0]
         mask = self._per_agent(group, batch, "agent_mask")
-        if not cfg["time_limit_bootstrap"]:
+        if not cfg.time_limit_bootstrap:
             mask = mask & ~self._per_agent(group, batch, "truncated")
         _, _, critic_st = self._group_inputs(group, batch, next_=False)
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
@@ -752,7 +742,7 @@ class MADDPG(GroupedMultiAgent):
                     rewards=self._per_agent(group, batch, "rewards"),
                     next_q_values=next_q.float().view(G, B, 1),
                     terminated=self._per_agent(group, batch, "terminated"),
-                    discount_factor=cfg["discount_factor"],
+                    discount_factor=cfg.discount_factor,
                 )
             inputs = {"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)}
             qs = [q for q, _ in group.act_many(*((role, inputs) for role in group.critic_roles))]
@@ -797,7 +787,7 @@ class MADDPG(GroupedMultiAgent):
             if group.discrete:
                 a = gumbel_softmax_st(
                     logits=self._logits(group.policy, "policy").float(),
-                    temperature=cfg["gumbel_temperature"],
+                    temperature=cfg.gumbel_temperature,
                     mask=action_mask,
                 )
             a = a.float().view(G, -1, a.shape[-1])
@@ -806,12 +796,12 @@ class MADDPG(GroupedMultiAgent):
             q_pi, _ = group.act("critic", {"states": critic_st, "taken_actions": joint.reshape(G * B, -1)})
             q_pi = q_pi.float().view(G, B, 1)
             loss = -self._group_mean(group, q_pi, mask)
-            if cfg["policy_regularization"] and not group.discrete:
+            if cfg.policy_regularization and not group.discrete:
                 pre_tanh = out.get(PRE_TANH_ACTIONS_KEY) if isinstance(out, dict) else None
                 if pre_tanh is None:
                     raise ValueError(self._no_pre_tanh(group))
                 square = pre_tanh.float().view(G, B, -1).square().mean(dim=-1, keepdim=True)
-                loss = loss + cfg["policy_regularization"] * self._group_mean(group, square, mask)
+                loss = loss + cfg.policy_regularization * self._group_mean(group, square, mask)
         return loss, q_pi.detach()
 
     @staticmethod
@@ -833,7 +823,7 @@ class MADDPG(GroupedMultiAgent):
         policy_step = self.progress.gradient_steps % self.cfg.policy_delay == 0
         stats, stepped = [], {}
         for group in self.groups:
-            clip = group.cfg["grad_norm_clip"]
+            clip = group.cfg.grad_norm_clip
             critic_loss, c = self._critic_loss(
                 group,
                 batch,
@@ -882,7 +872,7 @@ class MADDPG(GroupedMultiAgent):
 
         self.scaler.update()  # once per gradient step, after every optimiser has stepped
         for group in self.groups:
-            polyak = group.cfg["polyak"]
+            polyak = group.cfg.polyak
             # stacked tensors for a batched group: one update for all agents; with a policy delay, on the actor's steps
             for role in ("policy", *group.critic_roles) if policy_step else ():
                 target, online = group.parameters(f"target_{role}"), group.parameters(role)

@@ -30,7 +30,7 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.base import SHARED_GROUP_FIELDS, GroupedMultiAgent, optimizer_steps
+from skrl_marl_ext.agents.base import GroupedMultiAgent, optimizer_steps
 from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedPreprocessor, make_adam, stackable_preprocessor
 from skrl_marl_ext.agents.checkpoint import OptimizerCheckpoint
 from skrl_marl_ext.agents.groups import AgentGroup
@@ -63,24 +63,6 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.agent_id import append_agent_id
 from skrl_marl_ext.preprocessors import identity
 
-GROUP_FIELDS = (
-    *SHARED_GROUP_FIELDS,
-    "learning_epochs",
-    "mini_batches",
-    "mini_batch_order",
-    "gae_lambda",
-    "learning_rate",
-    "value_preprocessor",
-    "value_preprocessor_kwargs",
-    "ratio_clip",
-    "value_clip",
-    "entropy_loss_scale",
-    "value_loss_scale",
-    "kl_threshold",
-    "huber_delta",
-)
-"""Per-agent config fields whose values must agree within a group (they shape one loss and one optimiser step)."""
-
 LOSS_FIELDS = ("ratio_clip", "value_clip", "huber_delta", "value_loss_scale", "entropy_loss_scale")
 """The config fields that are keyword arguments of :func:`~skrl_marl_ext.functional.ppo_loss`."""
 
@@ -99,7 +81,7 @@ class OnPolicyGroup(AgentGroup):
     """Whether every agent of the group receives the very same state tensor (stored once, not G times); None until
     the first ``act``."""
     mini_batches: int = 0
-    """Mini-batches per epoch: ``cfg["mini_batches"]``, at most the sequences per agent of a rollout (0: not known)."""
+    """Mini-batches per epoch: ``cfg.mini_batches``, at most the sequences per agent of a rollout (0: not known)."""
     recurrent: RecurrentState | None = None
     """Hidden states of recurrent models (:mod:`~skrl_marl_ext.agents.recurrent`); None when no model is."""
 
@@ -162,7 +144,6 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     cfg_class: type = OnPolicyCfg
     roles = ("policy", "value")
-    group_fields = GROUP_FIELDS
     group_class = OnPolicyGroup
     requires_states: bool = True
 
@@ -232,7 +213,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         if group.mini_batches:
             return
         L = group.recurrent.sequence_length if group.recurrent is not None else 1
-        requested, samples = group.cfg["mini_batches"], self.cfg.rollouts * num_envs // L
+        requested, samples = group.cfg.mini_batches, self.cfg.rollouts * num_envs // L
         group.mini_batches = min(requested, samples)
         if requested > samples:
             what = "samples" if L == 1 else f"sequences of {L} steps"
@@ -310,7 +291,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         """One Adam per group: the policy's and the value model's parameters as two parameter groups (a model in
         both roles counts once), each with its learning rate; and the learning rate scheduler."""
         cfg = group.cfg
-        policy_lr, value_lr = cfg["learning_rate"]
+        policy_lr, value_lr = cfg.learning_rate
         policy_params = group.parameters("policy")
         seen = {id(p) for p in policy_params}
         value_params = [p for p in group.parameters("value") if id(p) not in seen]
@@ -319,13 +300,13 @@ class OnPolicyAgent(GroupedMultiAgent):
             param_groups.append({"params": value_params, "lr": value_lr})
         group.trainable = policy_params + value_params
         group.optimizer = make_adam(param_groups)
-        if cfg["learning_rate_scheduler"]:
-            group.scheduler = cfg["learning_rate_scheduler"](group.optimizer, **cfg["learning_rate_scheduler_kwargs"])
+        if cfg.learning_rate_scheduler:
+            group.scheduler = cfg.learning_rate_scheduler(group.optimizer, **cfg.learning_rate_scheduler_kwargs)
 
     def _make_preprocessors(self, group: OnPolicyGroup) -> None:
         cfg = group.cfg
         group.observation_preprocessor = self._make_preprocessor(group, "observation", group.observation_space)
-        if cfg["state_preprocessor"] and group.state_space is None:
+        if cfg.state_preprocessor and group.state_space is None:
             # skrl accepts it (its preprocessor then passes None through): accepted, and said
             warnings.warn(
                 f"{type(self).__name__}: cfg.state_preprocessor is set but agents {group.uids} have no state space, "
@@ -627,7 +608,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         }
         if decision.states is not None:
             specs["states"] = (decision.states.shape[0], decision.states.shape[-1], torch.float32)
-        if group.cfg["time_limit_bootstrap"]:
+        if group.cfg.time_limit_bootstrap:
             specs["final_values"] = (G, 1, torch.float32)  # V(final observation), or V(s_t), of the step's episode
         if group.discrete:  # masks
             specs["action_mask"] = (G, group.num_actions, torch.bool)
@@ -740,7 +721,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         values = group.preprocess("value", b["values"], agent_dim=1, inverse=True)
         last_values = group.preprocess("value", last_values, agent_dim=1, inverse=True)
         next_values = torch.cat([values[1:], last_values])
-        if cfg["time_limit_bootstrap"]:
+        if cfg.time_limit_bootstrap:
             final_values = group.preprocess("value", b["final_values"], agent_dim=1, inverse=True)
             next_values = torch.where(b["truncated"], final_values, next_values)
         advantages, returns = compute_gae(
@@ -749,9 +730,9 @@ class OnPolicyAgent(GroupedMultiAgent):
             next_values=next_values,
             terminated=b["terminated"],
             truncated=b["truncated"],
-            discount_factor=cfg["discount_factor"],
-            lambda_coefficient=cfg["gae_lambda"],
-            time_limit_bootstrap=cfg["time_limit_bootstrap"],
+            discount_factor=cfg.discount_factor,
+            lambda_coefficient=cfg.gae_lambda,
+            time_limit_bootstrap=cfg.time_limit_bootstrap,
         )
         # per-agent standardisation over (step, env), unmasked samples only
         return values, normalize_advantages(advantages, b["agent_mask"], dim=(0, 2, 3)), returns
@@ -835,9 +816,9 @@ class OnPolicyAgent(GroupedMultiAgent):
         sequences = None
         if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
             sequences = sequence_indexes(b.rollouts, b.num_envs, group.recurrent.sequence_length, device=self.device)
-        shuffle = group.cfg["mini_batch_order"] == "shuffled"
+        shuffle = group.cfg.mini_batch_order == "shuffled"
         amp = self.scaler.is_enabled()
-        for _ in range(group.cfg["learning_epochs"]):
+        for _ in range(group.cfg.learning_epochs):
             epoch_kl, stop, epoch_start = [], False, updates
             steps_before = optimizer_steps(group.optimizer) if amp and group.scheduler is not None else 0
             if sequences is None:
@@ -894,10 +875,10 @@ class OnPolicyAgent(GroupedMultiAgent):
             with torch.no_grad():
                 group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), m)
             # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
-            if cfg["kl_threshold"] and bool(distributed.all_reduce_mean_(group_kl.clone()) > cfg["kl_threshold"]):
+            if cfg.kl_threshold and bool(distributed.all_reduce_mean_(group_kl.clone()) > cfg.kl_threshold):
                 return None
             entropy = None
-            if cfg["entropy_loss_scale"]:  # skipped when off (skrl's default): no entropy in the graph
+            if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
                 entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
             terms = ppo_loss(
                 log_prob=log_prob,
@@ -909,10 +890,10 @@ class OnPolicyAgent(GroupedMultiAgent):
                 entropy=entropy,
                 mask=m,
                 per_agent=group.batched,
-                **{name: cfg[name] for name in LOSS_FIELDS},
+                **{name: getattr(cfg, name) for name in LOSS_FIELDS},
             )
         loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-        self._optimizer_step(group.optimizer, loss, group.trainable, cfg["grad_norm_clip"], per_agent=group.batched)
+        self._optimizer_step(group.optimizer, loss, group.trainable, cfg.grad_norm_clip, per_agent=group.batched)
         self.scaler.update()
         with torch.no_grad():
             distribution = group.policy.distribution(role="policy")
@@ -932,7 +913,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         for i, uid in enumerate(group.uids):
             self.track_data(f"Loss / Policy loss ({uid})", stats[0][i])
             self.track_data(f"Loss / Value loss ({uid})", stats[1][i])
-            if group.cfg["entropy_loss_scale"]:
+            if group.cfg.entropy_loss_scale:
                 self.track_data(f"Loss / Entropy loss ({uid})", stats[2][i])
             self.track_data(f"Policy / Approx KL ({uid})", stats[3][i])
             self.track_data(f"Policy / Clip fraction ({uid})", stats[4][i])
