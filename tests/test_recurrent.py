@@ -52,29 +52,20 @@ def rnn_models(env, *, cell="gru", shared=False, algo="mappo", length=4, doc=Fal
     return {uid: build(uid) for uid in env.possible_agents}
 
 
-def first_mini_batch_log_probs(agent):
-    """Spy on every mini-batch step: ``(new log-prob, old log-prob)`` of the first mini-batch of each update."""
-    seen, original = [], agent._mini_batch_step
+def first_mini_batch_log_probs(agent, monkeypatch):
+    """Spy on the agent's PPO loss: ``(new log-prob, old log-prob)`` of the first mini-batch of each update (before
+    that update's first optimiser step, the re-evaluation of the acting log-probabilities)."""
+    seen, original = [], algorithm.ppo_loss
     count = {"n": 0}
 
-    def spy(group, batch, sums):
-        per_update = group.cfg.learning_epochs * group.mini_batches
-        if count["n"] % per_update == 0:
-            rec = group.recurrent
-            inputs = {
-                "observations": batch["observations"].reshape(-1, batch["observations"].shape[-1]),
-                "states": None,
-            }
-            inputs["taken_actions"] = batch["actions"].reshape(-1, batch["actions"].shape[-1])
-            if rec is not None:
-                inputs.update(rec.batch_inputs(batch, "policy"))
-            with torch.no_grad():
-                _, outputs = group.act("policy", inputs)
-            seen.append((outputs["log_prob"].view(-1), batch["log_prob"].reshape(-1)))
+    def spy(**kwargs):
+        group = agent.groups[0]  # every group of these tests has the same epochs and mini-batches
+        if count["n"] % (group.cfg.learning_epochs * group.mini_batches) == 0:
+            seen.append((kwargs["log_prob"].detach().reshape(-1), kwargs["old_log_prob"].reshape(-1)))
         count["n"] += 1
-        return original(group, batch, sums)
+        return original(**kwargs)
 
-    agent._mini_batch_step = spy
+    monkeypatch.setattr(algorithm, "ppo_loss", spy)
     return seen
 
 
@@ -89,14 +80,14 @@ def first_mini_batch_log_probs(agent):
         ("lstm", True, "mappo", True),
     ],
 )
-def test_re_evaluation_matches_acting(cell, shared, algo, doc):
+def test_re_evaluation_matches_acting(cell, shared, algo, doc, monkeypatch):
     """Episodes end (25-step spread episodes, rollouts of 16, sequences of 4) and agents are masked inside sequences;
     the first mini-batch of every update re-evaluates the acting log-probs exactly (ratio 1)."""
     torch.manual_seed(0)
     env = spread(num_envs=6, num_agents=3, agent_masks=True)
     agent = make_agent(env, algo, cfg=CFG, models=rnn_models(env, cell=cell, shared=shared, algo=algo, doc=doc))
     assert all(g.recurrent.sequence_length == 4 for g in agent.groups)
-    seen = first_mini_batch_log_probs(agent)
+    seen = first_mini_batch_log_probs(agent, monkeypatch)
     drive(agent, env, 64)
     assert len(seen) == 4 * len(agent.groups)
     resets = sum(int(g.rollout[RESET_KEY].sum()) for g in agent.groups)
@@ -197,12 +188,12 @@ def test_bad_recurrent_configs_are_refused_at_construction():
         make_agent(env, cfg=CFG, models=models)
 
 
-def test_recurrent_policy_with_mlp_critic_and_the_reverse():
+def test_recurrent_policy_with_mlp_critic_and_the_reverse(monkeypatch):
     torch.manual_seed(0)
     env = spread(num_envs=4, num_agents=2)
     for policy_rnn, value_rnn in ((True, False), (False, True)):
         agent = make_agent(env, cfg=CFG, models=rnn_models(env, policy_rnn=policy_rnn, value_rnn=value_rnn))
-        seen = first_mini_batch_log_probs(agent)
+        seen = first_mini_batch_log_probs(agent, monkeypatch)
         drive(agent, env, 32)
         for new, old in seen:
             assert torch.allclose(new, old, atol=1e-6, rtol=0)
@@ -239,24 +230,24 @@ def test_checkpoint_restores_models_and_starts_hidden_states_from_zero(tmp_path)
         assert torch.equal(out_a[uid], out_b[uid])
 
 
-def test_mixed_precision_recurrent_update_is_finite():
+def test_mixed_precision_recurrent_update_is_finite(monkeypatch):
     torch.manual_seed(0)
     env = spread(num_envs=4, num_agents=2)
     agent = make_agent(env, cfg={**CFG, "mixed_precision": True}, models=rnn_models(env))
-    seen = first_mini_batch_log_probs(agent)
+    seen = first_mini_batch_log_probs(agent, monkeypatch)
     drive(agent, env, 32)
     assert seen and all(torch.isfinite(new).all() for new, _ in seen)
     assert all(torch.isfinite(p).all() for g in agent.groups for p in g.parameters())
 
 
 @pytest.mark.parametrize("lstm", [False, True])
-def test_skrl_documented_models_train_through_skrls_sequential_trainer(lstm):
+def test_skrl_documented_models_train_through_skrls_sequential_trainer(lstm, monkeypatch):
     """skrl's docs' GRU/LSTM models (tests/rnn_doc_models.py), unchanged, in our MAPPO under skrl's trainer."""
     torch.manual_seed(0)
     env = spread(num_envs=4, num_agents=2)
     agent = make_agent(env, cfg=CFG, models=rnn_models(env, cell="lstm" if lstm else "gru", doc=True))
     before = [p.detach().clone() for g in agent.groups for p in g.parameters()]
-    seen = first_mini_batch_log_probs(agent)
+    seen = first_mini_batch_log_probs(agent, monkeypatch)
     SequentialTrainer(
         env=env, agents=agent, cfg={"timesteps": 48, "headless": True, "disable_progressbar": True}
     ).train()
@@ -279,13 +270,13 @@ def test_maddpg_refuses_recurrent_models():
         make_maddpg(env, models=models)
 
 
-def test_time_limit_bootstrap_with_a_recurrent_critic_replays_exactly():
+def test_time_limit_bootstrap_with_a_recurrent_critic_replays_exactly(monkeypatch):
     """Truncated episodes inside the rollout: V(final observation) is taken with the critic's hidden state of the
     episode; acting and re-evaluation still agree."""
     torch.manual_seed(0)
     env = spread(num_envs=4, num_agents=2, episode_length=6)
     agent = make_agent(env, "ippo", cfg={**CFG, "time_limit_bootstrap": True}, models=rnn_models(env, algo="ippo"))
-    seen = first_mini_batch_log_probs(agent)
+    seen = first_mini_batch_log_probs(agent, monkeypatch)
     drive(agent, env, 32)
     for group in agent.groups:
         b = group.rollout
