@@ -135,8 +135,9 @@ class StackedModules:
     def call_with(self, state: dict[str, torch.Tensor], function, *args: Any, **kwargs: Any) -> Any:
         """``function(*args, **kwargs)`` (a method of the first module) with that module's parameters and buffers
         replaced by ``state`` (one agent's, inside the map), every tied alias included, and put back after: what
-        ``torch.func.functional_call`` does, written out because its general bookkeeping (the tie map, name checks,
-        the write-back) cost ~70 us per call, some 2% of a 16-agent MAPPO step on CPU."""
+        ``torch.func.functional_call`` does, written out because that leaves a module registered under two names
+        holding the map's tensors after the call (the aliased-module test), and its bookkeeping costs a few percent
+        of a step."""
         saved = []
         try:
             for name, tensor in state.items():
@@ -332,8 +333,8 @@ def clip_grad_norm_per_agent_(
     :param per_tensor: How the per-agent norms are taken (the same up to float rounding). True: a norm per gradient
         tensor and agent, then the norm of those (as ``clip_grad_norm_`` does it); False: the norm of each agent's
         row of all gradients concatenated. None: True on the device types of :data:`NORMS_PER_TENSOR_ON` (a CPU,
-        where the concatenation's copy was half the clip's time: 365 against 167 us for 16 MAPPO agents' 2x64
-        models), False elsewhere (a GPU, where per tensor is one kernel launch each).
+        where the concatenation's copy costs more than the clip), False elsewhere (a GPU, where per tensor is one
+        kernel launch each).
     :return: The per-agent total norms ``(G,)``.
     """
     grads = [p.grad for p in parameters if p.grad is not None]

@@ -45,8 +45,7 @@ class OnPolicyCfg(MarlCfg):
     """*New.* How each epoch cuts the rollout into mini-batches (per agent). ``"shuffled"``: a fresh random permutation
     every epoch (the MAPPO paper's code, most PPO code). ``"sequential"``: the samples in order, i.e. each mini-batch
     ``rollouts / mini_batches`` consecutive steps of every env, the same blocks every epoch, as skrl 2.1.1's memories
-    cut them (``sample_all``); recurrent mini-batches keep whole sequences either way. Measured in BENCHMARKS.md
-    ("Learning study")."""
+    cut them (``sample_all``); recurrent mini-batches keep whole sequences either way."""
 
     discount_factor: float | dict[str, float] = 0.99
     """Discount factor ``gamma`` in ``[0, 1]`` (per agent)."""
@@ -76,8 +75,7 @@ class OnPolicyCfg(MarlCfg):
     policy trains on its inputs as it will see them when it acts next. The importance ratio keeps the behaviour
     policy's log-probabilities, so the refresh's effect on the policy shows in the first mini-batch's ratio (not
     exactly 1) and is clipped like any other change; making it exactly 1 (refreshing after the epochs or every
-    step, or re-evaluating the old log-probabilities) learned worse (see ``OnPolicyAgent._refresh_input_statistics``
-    and BENCHMARKS.md). ``RunningStandardScaler`` and :class:`~skrl_marl_ext.preprocessors.ValueNorm` are updated
+    step, or re-evaluating the old log-probabilities) learned worse in the learning study. ``RunningStandardScaler`` and :class:`~skrl_marl_ext.preprocessors.ValueNorm` are updated
     without a host read; another class is called as skrl calls it, ``preprocessor(x, train=True)``."""
 
     observation_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
