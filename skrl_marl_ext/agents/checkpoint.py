@@ -273,6 +273,55 @@ def merge_scaler_states(states: list[dict[str, torch.Tensor]]) -> dict[str, torc
     }
 
 
+def _check_modules(agent: Any, modules: dict, path: Any, *, owner: str) -> bool:
+    """Refuse a file of other agents, or whose modules are not the agent's (see :func:`load_checkpoint`).
+
+    :return: Whether the file is in skrl's format (no agent holds our ``scaler``).
+    """
+    expected, saved = list(agent.possible_agents), list(modules)
+    if set(saved) != set(expected):
+        missing = [uid for uid in expected if uid not in modules]
+        extra = [uid for uid in saved if uid not in expected]
+        raise ValueError(
+            f"{owner}: {path} holds agents {saved} but this agent has {expected} "
+            f"(missing: {missing}, not in this agent: {extra}); load a checkpoint of a run with the same agents"
+        )
+    skrl_format = not any(OUR_MARKER in modules[uid] for uid in expected)
+    for uid in expected:
+        wanted = {name for name, module in agent.checkpoint_modules[uid].items() if module is not None}
+        have = set(modules[uid])
+        fresh = {name for name in wanted - have if name not in SKRL_MODULES} if skrl_format else set()
+        fresh |= wanted & OPTIONAL_MODULES - have  # files written before they existed: start from step 0
+        if have - wanted or wanted - have - fresh:
+            raise ValueError(
+                f"{owner}: {path} has modules {sorted(have)} for agent '{uid}' but this agent expects "
+                f"{sorted(wanted - fresh)}; load a checkpoint of the same algorithm and configuration "
+                "(preprocessors, schedulers and mixed precision included)"
+            )
+    return skrl_format
+
+
+def _load_optimizers(optimizers: list, skrl_format: bool, *, owner: str, path: Any) -> None:
+    """Load the optimisers' states, after the models; in a skrl file, one that does not map restarts (a warning)."""
+    restarted = []
+    for name, module, uids, state in optimizers:
+        try:
+            module.load_state_dict(state)
+        except (RuntimeError, KeyError, ValueError) as error:
+            if not skrl_format:
+                raise ValueError(
+                    f"{owner}: {path}: '{uids[0]}' module '{name}' does not fit this agent's: {_one_line(error)}. "
+                    "Build the models with the sizes of the run that wrote the checkpoint"
+                ) from None
+            restarted += uids
+            reason = error
+    if restarted:
+        _warn(
+            f"{owner}: {path}: the optimiser state of agents {restarted} does not map onto this agent's "
+            f"({_one_line(reason)}): their optimiser restarts from fresh moments"
+        )
+
+
 def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
     """Load a checkpoint written by ``save()`` (``{agent: {module name: state_dict}}``) into ``agent``: ours, or
     skrl 2.1.1's MAPPO/IPPO's.
@@ -294,26 +343,8 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
     """
     owner = f"{type(agent).__name__}.load"
     modules = check_layout(read_checkpoint(path, map_location=agent.device, owner=owner), path, owner=owner)
-    expected, saved = list(agent.possible_agents), list(modules)
-    if set(saved) != set(expected):
-        missing = [uid for uid in expected if uid not in modules]
-        extra = [uid for uid in saved if uid not in expected]
-        raise ValueError(
-            f"{owner}: {path} holds agents {saved} but this agent has {expected} "
-            f"(missing: {missing}, not in this agent: {extra}); load a checkpoint of a run with the same agents"
-        )
-    skrl_format = not any(OUR_MARKER in modules[uid] for uid in expected)
-    for uid in expected:
-        wanted = {name for name, module in agent.checkpoint_modules[uid].items() if module is not None}
-        have = set(modules[uid])
-        fresh = {name for name in wanted - have if name not in SKRL_MODULES} if skrl_format else set()
-        fresh |= wanted & OPTIONAL_MODULES - have  # files written before they existed: start from step 0
-        if have - wanted or wanted - have - fresh:
-            raise ValueError(
-                f"{owner}: {path} has modules {sorted(have)} for agent '{uid}' but this agent expects "
-                f"{sorted(wanted - fresh)}; load a checkpoint of the same algorithm and configuration "
-                "(preprocessors, schedulers and mixed precision included)"
-            )
+    expected = list(agent.possible_agents)
+    skrl_format = _check_modules(agent, modules, path, owner=owner)
 
     # one entry per module object: a module several agents share here is loaded once
     entries: dict[tuple[str, int], tuple[Any, list[str]]] = {}
@@ -346,23 +377,7 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
             optimizers.append((name, module, uids, state))
             continue
         _load_module(module, state, owner=owner, path=path, uid=uids[0], name=name)
-    restarted = []
-    for name, module, uids, state in optimizers:
-        try:
-            module.load_state_dict(state)
-        except (RuntimeError, KeyError, ValueError) as error:
-            if not skrl_format:
-                raise ValueError(
-                    f"{owner}: {path}: '{uids[0]}' module '{name}' does not fit this agent's: {_one_line(error)}. "
-                    "Build the models with the sizes of the run that wrote the checkpoint"
-                ) from None
-            restarted += uids
-            reason = error
-    if restarted:
-        _warn(
-            f"{owner}: {path}: the optimiser state of agents {restarted} does not map onto this agent's "
-            f"({_one_line(reason)}): their optimiser restarts from fresh moments"
-        )
+    _load_optimizers(optimizers, skrl_format, owner=owner, path=path)
     for uids, names in merged.items():
         _warn(
             f"{owner}: {path} holds different {', '.join(names)} statistics for each of agents {list(uids)}, which "

@@ -32,28 +32,8 @@ def _check_space_dict(owner: str, name: str, spaces: Any, possible_agents: list[
             )
 
 
-def check_agent_inputs(
-    *,
-    owner: str,
-    possible_agents: Any,
-    models: Any,
-    roles: tuple[str, ...],
-    observation_spaces: Any,
-    state_spaces: Any,
-    action_spaces: Any,
-    need_states: bool,
-) -> None:
-    """Check the constructor arguments every agent takes; raise a ValueError that names the argument and the fix.
-
-    :param owner: Agent class name, for the messages.
-    :param possible_agents: Agent names.
-    :param models: ``{agent: {role: Model}}``.
-    :param roles: Roles every agent's models dict must hold.
-    :param observation_spaces: ``{agent: space}``.
-    :param state_spaces: ``{agent: space}`` or None.
-    :param action_spaces: ``{agent: space}``.
-    :param need_states: Whether the agent cannot work without state spaces (a centralised critic).
-    """
+def _check_names(owner: str, possible_agents: Any) -> None:
+    """``possible_agents``: a non-empty list of distinct string names, none reserved."""
     if isinstance(possible_agents, str) or not isinstance(possible_agents, (list, tuple)) or not possible_agents:
         raise ValueError(f"{owner}: possible_agents must be a non-empty list of agent names, e.g. env.possible_agents")
     if len(set(possible_agents)) != len(possible_agents):
@@ -64,6 +44,9 @@ def check_agent_inputs(
         if uid in RESERVED_AGENT_NAMES:
             raise ValueError(f"{owner}: '{uid}' is reserved in the outputs of act(); rename that agent")
 
+
+def _check_models(owner: str, possible_agents: Any, models: Any, roles: tuple[str, ...]) -> None:
+    """``models``: a skrl ``Model`` for every role of every agent, and no entry for another name."""
     if not isinstance(models, dict):
         raise ValueError(f"{owner}: models must be a dict {{agent: {{role: Model}}}} with roles {list(roles)}")
     unknown = sorted(set(models) - set(possible_agents))
@@ -88,6 +71,31 @@ def check_agent_inputs(
                     "(subclass skrl.models.torch.Model with a mixin such as GaussianMixin)"
                 )
 
+
+def check_agent_inputs(
+    *,
+    owner: str,
+    possible_agents: Any,
+    models: Any,
+    roles: tuple[str, ...],
+    observation_spaces: Any,
+    state_spaces: Any,
+    action_spaces: Any,
+    need_states: bool,
+) -> None:
+    """Check the constructor arguments every agent takes; raise a ValueError that names the argument and the fix.
+
+    :param owner: Agent class name, for the messages.
+    :param possible_agents: Agent names.
+    :param models: ``{agent: {role: Model}}``.
+    :param roles: Roles every agent's models dict must hold.
+    :param observation_spaces: ``{agent: space}``.
+    :param state_spaces: ``{agent: space}`` or None.
+    :param action_spaces: ``{agent: space}``.
+    :param need_states: Whether the agent cannot work without state spaces (a centralised critic).
+    """
+    _check_names(owner, possible_agents)
+    _check_models(owner, possible_agents, models, roles)
     _check_space_dict(owner, "observation_spaces", observation_spaces, possible_agents)
     _check_space_dict(owner, "action_spaces", action_spaces, possible_agents)
     for uid in possible_agents:

@@ -363,45 +363,12 @@ class OnPolicyAgent(GroupedMultiAgent):
                 present = [uid for uid in group.uids if uid in observations]
                 if not present:
                     continue
-                raw_obs = group.stack(observations)  # (G, N, size)
-                raw_states = self._stack_states(group, states)  # (G or 1, N, size)
-                # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
-                obs, st = self._model_inputs(group, raw_obs, raw_states)
-                policy_inputs = {"observations": obs, "states": st}
-                action_mask = self._action_mask(group, raw_obs) if group.discrete else None  # masks
-                if action_mask is not None:
-                    policy_inputs[ACTION_MASK_KEY] = action_mask
-                value_inputs = {"observations": obs, "states": st}
-                rec = group.recurrent
-                if rec is not None:  # recurrent: the hidden states the step starts from
-                    rec.ensure(obs.shape[0], self.device)
-                    policy_inputs.update(rec.inputs("policy"))
-                    value_inputs.update(rec.inputs("value"))
-                with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-                    if self.training:  # one call of both networks for a batched group
-                        calls = group.act_many(("policy", policy_inputs), ("value", value_inputs))
-                        (group_actions, group_outputs), (values, value_outputs) = calls
-                    else:
-                        group_actions, group_outputs = group.act("policy", policy_inputs)
-                hidden = next_hidden = None
-                if rec is not None:  # recurrent: they move on in record_transition, after the env's answer
-                    hidden = dict(rec.current)
-                    next_hidden = {"policy": group_outputs.get("rnn")}
-                    next_hidden["value"] = value_outputs.get("rnn") if self.training else None
-                    self._next_hidden[group.index] = next_hidden
-                n = raw_obs.shape[1]
+                group_actions, group_outputs = self._act_group(group, observations, states)
+                n = group_actions.shape[0] // group.size
                 self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
                 if self.training:
-                    self._decisions[group.index] = Decision(
-                        observations=raw_obs,
-                        states=raw_states,
-                        log_prob=group_outputs["log_prob"],
-                        values=values.float(),  # fp32: the value-clip anchor, denormalised in fp32 at the update
-                        action_mask=action_mask,
-                        hidden=hidden,
-                        next_hidden=next_hidden,
-                    )
-                elif "mean_actions" in group_outputs:
+                    continue
+                if "mean_actions" in group_outputs:
                     self._split(group, observations, group_outputs["mean_actions"], {}, n, deterministic, {})
                 elif isinstance(group.policy, CategoricalMixin) and "net_output" in group_outputs:
                     greedy = group_outputs["net_output"].argmax(dim=-1, keepdim=True)
@@ -411,6 +378,46 @@ class OnPolicyAgent(GroupedMultiAgent):
         if not self.training:
             outputs[MEAN_ACTIONS_KEY] = deterministic
         return actions, outputs
+
+    def _act_group(self, group: OnPolicyGroup, observations: dict, states: Any) -> tuple[torch.Tensor, dict]:
+        """One group's forward pass: its actions and policy outputs as agent-major rows ``(G * N, ...)``. In training
+        the policy and value run together and the decision is kept for :meth:`record_transition`."""
+        raw_obs = group.stack(observations)  # (G, N, size)
+        raw_states = self._stack_states(group, states)  # (G or 1, N, size)
+        # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
+        obs, st = self._model_inputs(group, raw_obs, raw_states)
+        policy_inputs, value_inputs = {"observations": obs, "states": st}, {"observations": obs, "states": st}
+        action_mask = self._action_mask(group, raw_obs) if group.discrete else None  # masks
+        if action_mask is not None:
+            policy_inputs[ACTION_MASK_KEY] = action_mask
+        rec = group.recurrent
+        if rec is not None:  # recurrent: the hidden states the step starts from
+            rec.ensure(obs.shape[0], self.device)
+            policy_inputs.update(rec.inputs("policy"))
+            value_inputs.update(rec.inputs("value"))
+        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+            if self.training:  # one call of both networks for a batched group
+                calls = group.act_many(("policy", policy_inputs), ("value", value_inputs))
+                (group_actions, group_outputs), (values, value_outputs) = calls
+            else:
+                group_actions, group_outputs = group.act("policy", policy_inputs)
+        hidden = next_hidden = None
+        if rec is not None:  # recurrent: they move on in record_transition, after the env's answer
+            hidden = dict(rec.current)
+            next_hidden = {"policy": group_outputs.get("rnn")}
+            next_hidden["value"] = value_outputs.get("rnn") if self.training else None
+            self._next_hidden[group.index] = next_hidden
+        if self.training:
+            self._decisions[group.index] = Decision(
+                observations=raw_obs,
+                states=raw_states,
+                log_prob=group_outputs["log_prob"],
+                values=values.float(),  # fp32: the value-clip anchor, denormalised in fp32 at the update
+                action_mask=action_mask,
+                hidden=hidden,
+                next_hidden=next_hidden,
+            )
+        return group_actions, group_outputs
 
     def record_transition(
         self,
@@ -444,38 +451,40 @@ class OnPolicyAgent(GroupedMultiAgent):
             self._keep_action_masks(infos)
         if self.training:
             self._next_observations, self._next_states = next_observations, next_states
-            t = self._rollout_step
             for group in self.groups:
                 decision = self._decisions.pop(group.index, None)
-                if decision is None:
-                    continue
-                if group.rollout is None:
-                    self._allocate(group, decision)
-                b = group.rollout
-                b.write(t, observations=decision.observations, log_prob=decision.log_prob, values=decision.values)
-                agent_masks = infos.get(AGENT_MASK_KEY)
-                if isinstance(agent_masks, dict) or len(observations) < len(self.possible_agents):  # masks
-                    b.write(t, agent_mask=self._agent_mask(group, observations, agent_masks, b.num_envs))
-                else:
-                    b.tensors["agent_mask"][t].fill_(True)
-                for name in ("actions", "rewards", "terminated", "truncated"):
-                    group.stack(step[name], out=b.tensors[name][t])
-                if "states" in b.tensors:
-                    b.write(t, states=decision.states)
-                if "action_mask" in b.tensors:  # masks
-                    if decision.action_mask is None:
-                        b.tensors["action_mask"][t].fill_(True)
-                    else:
-                        b.write(t, action_mask=decision.action_mask)
-                if decision.hidden is not None:  # recurrent
-                    b.write(t, **group.recurrent.stored(decision.hidden, group.size))
-                if "final_values" in b.tensors:
-                    self._record_final_values(group, t, infos, decision)
-                if self.cfg.rewards_shaper is not None:
-                    stored = b.tensors["rewards"][t]
-                    stored.copy_(self.cfg.rewards_shaper(stored.clone(), timestep, timesteps))
+                if decision is not None:
+                    self._record_group(group, decision, step, infos)
         if self._next_hidden:  # recurrent
             self._advance_hidden_states(observations, terminated, truncated, infos)
+
+    def _record_group(self, group: OnPolicyGroup, decision: Decision, step: dict[str, Any], infos: dict) -> None:
+        """Write one group's step ``t`` of the rollout ``(T, G, N, width)``: one stacked write per tensor."""
+        if group.rollout is None:
+            self._allocate(group, decision)
+        b, t, observations = group.rollout, self._rollout_step, step["observations"]
+        b.write(t, observations=decision.observations, log_prob=decision.log_prob, values=decision.values)
+        agent_masks = infos.get(AGENT_MASK_KEY)
+        if isinstance(agent_masks, dict) or len(observations) < len(self.possible_agents):  # masks
+            b.write(t, agent_mask=self._agent_mask(group, observations, agent_masks, b.num_envs))
+        else:
+            b.tensors["agent_mask"][t].fill_(True)
+        for name in ("actions", "rewards", "terminated", "truncated"):
+            group.stack(step[name], out=b.tensors[name][t])
+        if "states" in b.tensors:
+            b.write(t, states=decision.states)
+        if "action_mask" in b.tensors:  # masks
+            if decision.action_mask is None:
+                b.tensors["action_mask"][t].fill_(True)
+            else:
+                b.write(t, action_mask=decision.action_mask)
+        if decision.hidden is not None:  # recurrent
+            b.write(t, **group.recurrent.stored(decision.hidden, group.size))
+        if "final_values" in b.tensors:
+            self._record_final_values(group, t, infos, decision)
+        if self.cfg.rewards_shaper is not None:
+            stored = b.tensors["rewards"][t]
+            stored.copy_(self.cfg.rewards_shaper(stored.clone(), step["timestep"], step["timesteps"]))
 
     def post_interaction(self, *, timestep: int, timesteps: int) -> None:
         """Count the step; at the end of a rollout update every group; then skrl's tracking and checkpoints.

@@ -189,29 +189,17 @@ def ppo_loss(
 ) -> dict[str, torch.Tensor]:
     """The clipped PPO loss as a dict of its terms (the shape of TorchRL's ``ClipPPOLoss``), over a group's batch.
 
-    Every input is ``(G, B, 1)``: ``G`` agents, ``B`` samples each. The update sums the three ``loss_*`` scalars;
-    the per-agent ``(G,)`` diagnostics are detached.
+    Every tensor is ``(G, B, 1)``: ``G`` agents, ``B`` samples each. ``values``/``returns`` are in the critic's
+    (normalised) space; ``old_values`` is the critic's output at collection, the value-clip anchor; ``entropy`` is
+    None when its scale is 0; ``mask`` marks the samples that count (None: all).
 
-    :param log_prob: Log-probability of the taken actions under the current policy.
-    :param old_log_prob: Log-probability when the actions were taken.
-    :param advantages: Advantages (standardised).
-    :param values: Values predicted by the current critic (normalised space under a value normaliser).
-    :param old_values: The critic's output when the rollout was collected (the value-clip anchor).
-    :param returns: Value targets (normalised like ``values``).
-    :param entropy: Entropy of the current policy at each sample, or None when its scale is 0.
-    :param mask: Boolean ``(G, B, 1)`` of the samples that count, or None for all.
-    :param per_agent: Each ``loss_*`` is the sum over the agents of each agent's own mean (agents with models of
-        their own, batched: each model's gradient is that of its agent's loss alone) instead of the mean over all
-        ``G * B`` samples (agents that share one model).
-    :param ratio_clip: PPO's ``eps``.
-    :param value_clip: Value clipping range in the MAPPO paper's max form; ``<= 0`` disables it.
-    :param huber_delta: Huber threshold of the value loss; ``<= 0`` gives the squared error.
-    :param value_loss_scale: Coefficient of the value loss.
-    :param entropy_loss_scale: Coefficient of the entropy bonus.
-
-    :return: ``loss_objective``, ``loss_critic`` (scaled), ``loss_entropy`` (scaled, 0 without ``entropy``), and per
-        agent ``objective``, ``critic``, ``entropy`` (the scaled terms), ``kl`` (the ``(r - 1) - log r`` estimator)
-        and ``clip_fraction``.
+    :param per_agent: Each ``loss_*`` is the sum of each agent's own mean (agents with models of their own: each
+        model's gradient is that of its agent's loss alone) instead of the mean over all ``G * B`` samples.
+    :param ratio_clip: PPO's ``eps``; ``value_clip``: the MAPPO paper's max form (``<= 0``: off); ``huber_delta``:
+        Huber threshold of the value loss (``<= 0``: squared error); the two scales weight value and entropy terms.
+    :return: ``loss_objective``, ``loss_critic`` (scaled), ``loss_entropy`` (scaled, 0 without ``entropy``) to sum,
+        and detached per-agent ``(G,)`` ``objective``, ``critic``, ``entropy``, ``kl`` (the ``(r - 1) - log r``
+        estimator) and ``clip_fraction``.
     """
     surrogate = clipped_surrogate_loss(
         log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, ratio_clip=ratio_clip
