@@ -1,6 +1,6 @@
 """The README's learning table on the built-in spread env: MAPPO, IPPO and MADDPG, per seed.
 
-The same runs as the learning tests (``tests/test_learning.py`` for MAPPO/IPPO, ``tests/test_maddpg.py`` for MADDPG)
+The same runs as the learning tests (``tests/test_learning.py`` for MAPPO/IPPO, ``tests/test_maddpg_learning.py`` for MADDPG)
 with the seed varied: train, then the mean return per agent of 25-step episodes acted deterministically (the
 trainers' evaluation path, ``outputs["mean_actions"]``). On this env a random policy gets about -26.6, a zero action
 -25.9, and walking straight to the goal about -6.0.
@@ -49,7 +49,7 @@ def on_policy(algo: str, seed: int) -> float:
 
 
 def maddpg(continuous: bool, seed: int) -> float:
-    """``tests/test_maddpg.py``: ``cfg={}``, 16 envs; 3 agents x 1500 steps (Box) or 2 agents x 1000 steps (Discrete)."""
+    """``tests/test_maddpg_learning.py``: ``cfg={}``, 16 envs; 3 agents x 1500 steps (Box) or 2 agents x 1000 steps (Discrete)."""
     torch.manual_seed(seed)
     num_agents, steps = (3, 1500) if continuous else (2, 1000)
     env = make_spread_env(num_envs=16, num_agents=num_agents, continuous=continuous, seed=seed)

@@ -294,7 +294,14 @@ def test_batched_maddpg_equals_the_per_agent_loop(continuous, preprocessors, mon
     env = make_spread_env(num_envs=4, num_agents=3, continuous=continuous, episode_length=6)
     models = make_maddpg_models(env, twin=preprocessors == "twin")
     memories = {uid: RandomMemory(memory_size=32, num_envs=env.num_envs) for uid in env.possible_agents}
-    cfg = {"batch_size": 24, "learning_starts": 10**9, "grad_norm_clip": 0.05, "polyak": 0.3, "experiment": QUIET}
+    cfg = {
+        "batch_size": 24,
+        "learning_starts": 10**9,
+        "gradient_steps": 1,  # one update is one gradient step
+        "grad_norm_clip": 0.05,
+        "polyak": 0.3,
+        "experiment": QUIET,
+    }
     if preprocessors == "twin":
         cfg["policy_delay"] = 2
     elif preprocessors != "plain":
@@ -327,7 +334,7 @@ def test_batched_maddpg_equals_the_per_agent_loop(continuous, preprocessors, mon
     for step in range(4):
         for agent in (batched, loop):
             torch.manual_seed(100 + step)  # the same rows (and Gumbel noise) for both
-            agent._gradient_step()
+            agent.update(timestep=0, timesteps=1, uid=env.possible_agents[0])
         assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
     after = [params(m) for uid in env.possible_agents for m in models[uid].values()]
     assert max_difference(after, before) > 1e-4

@@ -10,6 +10,10 @@ global state and *every* agent's action. With ``B`` joint transitions drawn from
   policy's (differentiable) one, the others are the stored ones;
 - targets: ``target = polyak * online + (1 - polyak) * target`` after every gradient step (skrl's convention).
 
+The losses and targets are the pure functions of :mod:`skrl_marl_ext.functional.maddpg`. The class reads in skrl's
+lifecycle order: construction, acting, recording, ``post_interaction``/``update``, then the gradient step in its
+phases: sample, critic targets, critic step, actor step (every ``cfg.policy_delay`` steps), target updates.
+
 Memories
 --------
 One skrl memory per agent (``RandomMemory(memory_size=..., num_envs=env.num_envs)``), written at every step for every
@@ -74,7 +78,17 @@ from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.agents.recurrent import is_recurrent
 from skrl_marl_ext.agents.replay import JointReplay, ReplayState
 from skrl_marl_ext.agents.validation import call_model, dry_run, expect_shape
-from skrl_marl_ext.functional import gumbel_softmax_st, masked_mean, one_hot_actions, polyak_update_, td_target
+from skrl_marl_ext.functional import (
+    actor_loss,
+    critic_loss,
+    critic_target,
+    gumbel_softmax_st,
+    joint_with_own_actions,
+    masked_mean,
+    one_hot_actions,
+    polyak_update_,
+    smooth_target_actions,
+)
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
@@ -110,6 +124,8 @@ class MADDPGGroup(AgentGroup):
 
     critic_state_space: gymnasium.Space | None = None
     """What the critics read under ``"states"``: the env's state, or every agent's observation concatenated."""
+    policy_regularization: float = 0.0
+    """The weight of the pre-tanh penalty, ``cfg.policy_regularization`` resolved at construction."""
     policy_optimizer: torch.optim.Optimizer | None = None
     critic_optimizer: torch.optim.Optimizer | None = None
     policy_scheduler: Any = None
@@ -155,8 +171,8 @@ class MADDPG(GroupedMultiAgent):
         ``cfg.smooth_regularization_noise`` and ``cfg.policy_delay``): the critic target takes the smaller of the
         two target critics' values, both critics regress to it (their losses summed, one optimiser and one gradient
         clip over both, as skrl's TD3 with its ``critic_1``/``critic_2``) and the actor follows the first critic.
-        Recommended: with one critic, MADDPG overestimated and declined on VMAS navigation (BENCHMARKS.md, "Learning
-        study"), and ``skrl-marl train --algo maddpg`` builds both by default.
+        Recommended (one critic overestimates, see BENCHMARKS.md); ``skrl-marl train --algo maddpg`` builds both by
+        default.
     :param memories: ``{agent: Memory}``, one distinct skrl memory per agent (e.g. ``RandomMemory``), all with
         ``num_envs=env.num_envs``.
     :param observation_spaces: ``{agent: space}``.
@@ -170,6 +186,8 @@ class MADDPG(GroupedMultiAgent):
     roles = ROLES
     group_class = MADDPGGroup
     progress_class = MADDPGProgress
+
+    # ------------------------------------------------------------------ construction
 
     def __init__(self, *, models: dict[str, dict[str, Model]], **kwargs: Any) -> None:
         self.roles = ROLES + TWIN_ROLES if self._twin_critics(models) else ROLES
@@ -224,8 +242,6 @@ class MADDPG(GroupedMultiAgent):
         some; Gaussian noise none)."""
         noises = {"exploration_noise": group.noise, "smooth_regularization_noise": self.cfg.smooth_regularization_noise}
         return {name: noise for name, noise in noises.items() if noise is not None}
-
-    # ------------------------------------------------------------------ construction
 
     def _batchable(self, uid: str) -> bool:
         """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off or a preprocessor's
@@ -354,7 +370,7 @@ class MADDPG(GroupedMultiAgent):
         if group.discrete:
             policy_inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(owner=name, group=group, policy_inputs=policy_inputs, device=self.device)
-        self._resolve_policy_regularization(group, policy_inputs)
+        group.policy_regularization = self._resolve_policy_regularization(group, policy_inputs)
         state_size = compute_space_size(group.critic_state_space, occupied_size=True)
         what = "the env's state" if self.env_states else "every agent's observation concatenated"
         hint = (
@@ -379,19 +395,18 @@ class MADDPG(GroupedMultiAgent):
                 values, _ = call_model(name, what, group.models[role], critic_inputs, role=role, hint=hint)
             expect_shape(name, what, values, (rows, 1), hint=hint)
 
-    def _resolve_policy_regularization(self, group: MADDPGGroup, policy_inputs: dict) -> None:
+    def _resolve_policy_regularization(self, group: MADDPGGroup, policy_inputs: dict) -> float:
         """``cfg.policy_regularization`` of the group as a number: None becomes 1e-3 where the policy gives its
         pre-tanh output and 0 (with a warning) where it does not; a weight > 0 for such a policy is refused."""
         weight = group.cfg.policy_regularization
         if group.discrete or weight == 0:
-            group.cfg.policy_regularization = 0.0
-            return
+            return 0.0
         with torch.no_grad():
             what = f"the policy of agents {group.uids}"
             _, outputs = call_model(type(self).__name__, what, group.policy, policy_inputs, role="policy", hint="")
         if isinstance(outputs, dict) and outputs.get(PRE_TANH_ACTIONS_KEY) is not None:
-            group.cfg.policy_regularization = DEFAULT_POLICY_REGULARIZATION if weight is None else weight
-        elif weight is None:
+            return DEFAULT_POLICY_REGULARIZATION if weight is None else weight
+        if weight is None:
             warnings.warn(
                 f"{type(self).__name__}: the policy of agents {group.uids} gives no outputs['{PRE_TANH_ACTIONS_KEY}'] "
                 f"(its output before the tanh), so the default pre-tanh penalty (policy_regularization=None: "
@@ -399,9 +414,8 @@ class MADDPG(GroupedMultiAgent):
                 "or set policy_regularization=0 to silence this",
                 stacklevel=2,
             )
-            group.cfg.policy_regularization = 0.0
-        else:
-            raise ValueError(self._no_pre_tanh(group))
+            return 0.0
+        raise ValueError(self._no_pre_tanh(group))
 
     def _no_pre_tanh(self, group: MADDPGGroup) -> str:
         return (
@@ -503,7 +517,7 @@ class MADDPG(GroupedMultiAgent):
             group_actions = torch.maximum(torch.minimum(group_actions, group.high), group.low)
         return group_actions, group_outputs, None if self.training else group_actions
 
-    # ------------------------------------------------------------------ storage
+    # ------------------------------------------------------------------ record_transition
 
     def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
         """Store the transition of every agent, one row of each agent's memory (the rows stay aligned).
@@ -581,7 +595,7 @@ class MADDPG(GroupedMultiAgent):
             final_state = get(final_states, samples["next_states"].shape[-1])
             samples["next_states"] = torch.where(ended, final_state, samples["next_states"])
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ post_interaction and update
 
     def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
         """From ``cfg.learning_starts`` on, ``cfg.gradient_steps`` gradient steps (the base then runs skrl's tracking
@@ -609,7 +623,26 @@ class MADDPG(GroupedMultiAgent):
         for _ in range(self.cfg.gradient_steps):
             self._gradient_step()
 
-    # ------------------------------------------------------------------ learning
+    # ------------------------------------------------------------------ update: one gradient step
+
+    def _gradient_step(self) -> None:
+        """One gradient step of every group on one batch of joint transitions, in phases: sample, critic targets,
+        critic step, the actor step (every ``cfg.policy_delay`` gradient steps), then the target updates."""
+        batch, joint_taken = self._sample()
+        joint_next, next_critic_states = self._next_joint_action(batch)
+        self.progress.gradient_steps += 1
+        policy_step = self.progress.gradient_steps % self.cfg.policy_delay == 0
+        stats, stepped = [], {}
+        for group in self.groups:
+            targets = self._critic_targets(group, batch, joint_next, next_critic_states[group.index])
+            critic_stepped, critic = self._critic_step(group, batch, joint_taken, targets)
+            policy_stepped, q_pi = self._actor_step(group, batch, joint_taken) if policy_step else (False, None)
+            # a schedule counts the optimiser steps that happened (torch warns of a scheduler stepped before one)
+            stepped[group.index] = ((group.policy_scheduler, policy_stepped), (group.critic_scheduler, critic_stepped))
+            stats.append(self._group_stats(critic, q_pi))
+        self.scaler.update()  # once per gradient step, after every optimiser has stepped
+        self._update_targets(policy_step=policy_step, stepped=stepped)
+        self._track(stats, policy_step=policy_step)
 
     def sample_indexes(self) -> torch.Tensor:
         """One set of ``cfg.batch_size`` row indexes (with replacement) into the filled part of the memories.
@@ -626,27 +659,14 @@ class MADDPG(GroupedMultiAgent):
         """
         return self.replay.sample(self.sample_indexes() if indexes is None else indexes, device=self.device)
 
-    def _encode_actions(self, uid: str, actions: torch.Tensor) -> torch.Tensor:
-        space = self.action_spaces[uid]
-        if isinstance(space, gymnasium.spaces.Discrete):
-            return one_hot_actions(actions, int(space.n))
-        return actions
-
-    def _group_inputs(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> tuple[torch.Tensor, ...]:
-        """Preprocessed ``(G * B, size)`` policy observations, policy states (or None) and critic states."""
-        prefix = "next_" if next_ else ""
-        G = group.size
-        raw_obs = torch.stack([batch[u][f"{prefix}observations"] for u in group.uids])  # (G, B, o)
-        B = raw_obs.shape[1]
-        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * B, -1)
-        if self.env_states:
-            raw_states = torch.stack([batch[u][f"{prefix}states"] for u in group.uids])  # (G, B, S)
-            states = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0).reshape(G * B, -1)
-            return obs, states, states
-        joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)
-        critic_states = apply_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), agent_dim=0)
-        critic_states = critic_states.expand(G, *critic_states.shape[1:]).reshape(G * B, -1)
-        return obs, None, critic_states
+    def _sample(self) -> tuple[dict, torch.Tensor]:
+        """Sample phase: a batch of joint transitions (:meth:`sample_batch`), the preprocessors' statistics updated
+        from it, and the stored joint action as the critics read it, ``(B, joint size)``."""
+        batch = self.sample_batch()
+        for group in self.groups:
+            self._update_statistics(group, batch)
+        taken = {u: self._encode_actions(u, batch[u]["actions"]) for u in self.possible_agents}
+        return batch, self._joint(taken)
 
     def _update_statistics(self, group: MADDPGGroup, batch: dict) -> None:
         mask = torch.stack([batch[u]["agent_mask"] for u in group.uids])  # (G, B, 1)
@@ -663,224 +683,156 @@ class MADDPG(GroupedMultiAgent):
                 mask = mask if own else mask.any(dim=0, keepdim=True)
                 update_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), mask, agent_dim=0)
 
+    def _encode_actions(self, uid: str, actions: torch.Tensor) -> torch.Tensor:
+        space = self.action_spaces[uid]
+        if isinstance(space, gymnasium.spaces.Discrete):
+            return one_hot_actions(actions, int(space.n))
+        return actions
+
     def _joint(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
         return torch.cat([parts[u] for u in self.possible_agents], dim=-1)
 
-    def _group_action_mask(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> torch.Tensor | None:
-        """The stored action masks of the group's rows, bool ``(G * B, n)`` (``next_action_mask`` when ``next_``);
-        None for continuous agents."""
-        if not group.discrete:
-            return None
-        key = "next_action_mask" if next_ else "action_mask"
-        return torch.cat([batch[u][key] for u in group.uids])
-
     def _next_joint_action(self, batch: dict) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """The next joint action ``a' = (mu'_1(o'_1), ..., mu'_n(o'_n))`` of the target policies, ``(B, joint size)``
-        (for discrete agents the one-hot argmax of the logits masked with the stored ``next_action_mask``), and each
-        group's preprocessed next critic states ``(G * B, S)``."""
+        (for discrete agents the one-hot argmax of the logits masked with the stored ``next_action_mask``; with
+        ``cfg.smooth_regularization_noise`` TD3's smoothing), and each group's preprocessed next critic states."""
         next_actions, next_states = {}, {}
-        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
+        with torch.no_grad(), self._autocast():
             for group in self.groups:
-                obs, st, critic_st = self._group_inputs(group, batch, next_=True)
-                next_states[group.index] = critic_st
+                obs, st, next_states[group.index] = self._group_inputs(group, batch, next_=True)
                 inputs = {"observations": obs, "states": st}
                 mask = self._group_action_mask(group, batch, next_=True)
                 if mask is not None:
                     inputs[ACTION_MASK_KEY] = mask
-                a, out = group.act("target_policy", inputs)
+                a, _ = group.act("target_policy", inputs)
                 if group.discrete:
                     logits = mask_logits(self._logits(group.target_policy, "target_policy"), mask)
                     a = one_hot_actions(logits.argmax(dim=-1), group.num_actions)
-                elif self.cfg.smooth_regularization_noise is not None:  # TD3's target policy smoothing
-                    bound = self.cfg.smooth_regularization_clip
-                    noise = self.cfg.smooth_regularization_noise.sample(a.shape).to(a).clamp(-bound, bound)
-                    a = torch.maximum(torch.minimum(a + noise, group.high), group.low)
+                elif self.cfg.smooth_regularization_noise is not None:
+                    noise = self.cfg.smooth_regularization_noise.sample(a.shape).to(a)
+                    clip = self.cfg.smooth_regularization_clip
+                    a = smooth_target_actions(actions=a, noise=noise, noise_clip=clip, low=group.low, high=group.high)
                 a = a.float().view(group.size, -1, a.shape[-1])
                 for i, uid in enumerate(group.uids):
                     next_actions[uid] = a[i]
         return self._joint(next_actions), next_states
 
-    @staticmethod
-    def _logits(policy: Model, role: str) -> torch.Tensor:
-        """Logits (log-probabilities) of a categorical policy's last call: its distribution's, whether the network
-        gives logits or probabilities (the argmax and the Gumbel-softmax do not see the per-row constant)."""
-        return policy.distribution(role=role).logits
+    def _critic_targets(
+        self, group: MADDPGGroup, batch: dict, joint_next: torch.Tensor, next_critic_states: torch.Tensor
+    ) -> torch.Tensor:
+        """Critic targets phase: ``y = r + gamma (1 - d) Q'(s', a')`` (the smaller of the twin target critics),
+        ``(G, B, 1)``, from the next joint action and the group's next critic states ``(G * B, S)``."""
+        G, B = group.size, joint_next.shape[0]
+        inputs = {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
+        roles = [f"target_{role}" for role in group.critic_roles]
+        with torch.no_grad(), self._autocast():
+            # the (twin) target critics in one call for a batched group
+            next_qs = [q.float().view(G, B, 1) for q, _ in group.act_many(*((role, inputs) for role in roles))]
+            return critic_target(
+                rewards=self._per_agent(group, batch, "rewards"),
+                next_q_values=next_qs,
+                terminated=self._per_agent(group, batch, "terminated"),
+                discount_factor=group.cfg.discount_factor,
+            )
 
-    def _per_agent(self, group: MADDPGGroup, batch: dict, key: str) -> torch.Tensor:
-        return torch.stack([batch[u][key] for u in group.uids])  # (G, B, size)
+    def _critic_step(
+        self, group: MADDPGGroup, batch: dict, joint_taken: torch.Tensor, targets: torch.Tensor
+    ) -> tuple[bool, dict[str, torch.Tensor]]:
+        """Critic phase: one optimiser step of the group's critic(s) on ``(Q_k(s, a) - y)^2``, summed over twin
+        critics. Rows of masked agents, and truncated rows unless ``cfg.time_limit_bootstrap`` (their next
+        observation may be the next episode's), are left out.
 
-    def _critic_loss(
-        self,
-        group: MADDPGGroup,
-        batch: dict,
-        *,
-        joint_taken: torch.Tensor,
-        joint_next: torch.Tensor,
-        next_critic_states: torch.Tensor,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``L = masked mean of (Q(s, a) - y)^2`` over the group's ``(G, B)`` rows, ``y = r + gamma (1 - d) Q'(s', a')``.
-
-        Rows of masked agents, and truncated rows unless ``cfg.time_limit_bootstrap``, are left out. With a second
-        critic (clipped double Q): ``y = r + gamma (1 - d) min(Q'_1(s', a'), Q'_2(s', a'))`` and
-        ``L = masked mean of (Q_1(s, a) - y)^2 + masked mean of (Q_2(s, a) - y)^2`` (skrl TD3's sum).
-
-        :return: The loss and ``{"q", "target", "error", "mask"}``, each ``(G, B, 1)``.
+        :return: Whether the optimiser stepped, and ``{"q", "target", "error", "mask", "agent_mask"}``, ``(G, B, 1)``.
         """
-        cfg, G, B = group.cfg, group.size, joint_taken.shape[0]
-        mask = self._per_agent(group, batch, "agent_mask")
-        if not cfg.time_limit_bootstrap:
+        G, B = group.size, joint_taken.shape[0]
+        agent_mask = self._per_agent(group, batch, "agent_mask")
+        mask = agent_mask
+        if not group.cfg.time_limit_bootstrap:
             mask = mask & ~self._per_agent(group, batch, "truncated")
-        _, _, critic_st = self._group_inputs(group, batch, next_=False)
-        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            with torch.no_grad():
-                next_inputs = {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
-                # the (twin) target critics in one call for a batched group, as the critics below
-                roles = [f"target_{role}" for role in group.critic_roles]
-                next_qs = [q for q, _ in group.act_many(*((role, next_inputs) for role in roles))]
-                next_q = torch.minimum(*next_qs) if group.twin else next_qs[0]
-                target = td_target(
-                    rewards=self._per_agent(group, batch, "rewards"),
-                    next_q_values=next_q.float().view(G, B, 1),
-                    terminated=self._per_agent(group, batch, "terminated"),
-                    discount_factor=cfg.discount_factor,
-                )
-            inputs = {"states": critic_st, "taken_actions": joint_taken.repeat(G, 1)}
-            qs = [q for q, _ in group.act_many(*((role, inputs) for role in group.critic_roles))]
-            q = qs[0].float().view(G, B, 1)
-            error = (q - target) ** 2
-            loss = self._group_mean(group, error, mask)
-            if group.twin:
-                loss = loss + self._group_mean(group, (qs[1].float().view(G, B, 1) - target) ** 2, mask)
-        return loss, {"q": q.detach(), "target": target, "error": error.detach(), "mask": mask}
+        _, _, critic_states = self._group_inputs(group, batch, next_=False)
+        inputs = {"states": critic_states, "taken_actions": joint_taken.repeat(G, 1)}
+        with self._autocast():
+            # both critics in one call for a batched group
+            qs = [q.float().view(G, B, 1) for q, _ in group.act_many(*((r, inputs) for r in group.critic_roles))]
+            loss = critic_loss(q_values=qs, targets=targets, mask=mask, per_agent=group.batched)
+        stepped = self._optimizer_step(
+            group.critic_optimizer,
+            loss["loss"],
+            group.parameters(*group.critic_roles),
+            group.cfg.grad_norm_clip,
+            per_agent=group.batched,
+            count=group.critic_scheduler is not None,
+        )
+        error = loss["squared_error"].detach()
+        return stepped, {"q": qs[0].detach(), "target": targets, "error": error, "mask": mask, "agent_mask": agent_mask}
 
-    def _actor_joint(self, group: MADDPGGroup, joint_taken: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
-        """For each agent ``i`` of the group, the stored joint action with agent ``i``'s columns replaced by ``own[i]``:
-        one scatter for the whole group (gradients reach ``own`` only).
+    def _actor_step(self, group: MADDPGGroup, batch: dict, joint_taken: torch.Tensor) -> tuple[bool, torch.Tensor]:
+        """Actor phase: one optimiser step of the group's policy on ``-Q_1(s, a_1, .., mu_i(o_i), .., a_n)`` (plus the
+        pre-tanh penalty): only agent ``i``'s own action comes from its policy (for discrete agents the
+        straight-through Gumbel-softmax of the logits masked with the stored ``action_mask``), so agent ``i``'s loss
+        reaches no other agent's policy.
 
-        :param joint_taken: ``(B, joint size)``. :param own: ``(G, B, action encoding size)``.
-        :return: ``(G, B, joint size)``.
-        """
-        G, B = own.shape[:2]
-        columns = group.joint_columns.unsqueeze(1).expand(G, B, -1)
-        return joint_taken.unsqueeze(0).expand(G, B, -1).scatter(2, columns, own)
-
-    def _actor_loss(
-        self, group: MADDPGGroup, batch: dict, *, joint_taken: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``J = -masked mean of Q(s, a_1, .., mu_i(o_i), .., a_n)`` over the group's rows: only agent ``i``'s own action
-        comes from its policy (through the straight-through Gumbel-softmax for discrete agents, on the logits masked
-        with the stored ``action_mask``: masked actions get weight 0), the others' are the stored ones, so agent
-        ``i``'s loss reaches no other agent's policy.
-
-        :param joint_taken: The stored joint action as the critic reads it, ``(B, joint size)``.
-        :return: The loss and ``Q`` of the policy actions, ``(G, B, 1)``.
+        :return: Whether the optimiser stepped, and ``Q`` of the policy actions, ``(G, B, 1)``.
         """
         cfg, G = group.cfg, group.size
-        mask = self._per_agent(group, batch, "agent_mask")
-        obs, st, critic_st = self._group_inputs(group, batch, next_=False)
+        obs, st, critic_states = self._group_inputs(group, batch, next_=False)
         inputs = {"observations": obs, "states": st}
         action_mask = self._group_action_mask(group, batch, next_=False)
         if action_mask is not None:
             inputs[ACTION_MASK_KEY] = action_mask
-        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            a, out = group.act("policy", inputs)
+        with self._autocast():
+            own, outputs = group.act("policy", inputs)
             if group.discrete:
-                a = gumbel_softmax_st(
-                    logits=self._logits(group.policy, "policy").float(),
-                    temperature=cfg.gumbel_temperature,
-                    mask=action_mask,
-                )
-            a = a.float().view(G, -1, a.shape[-1])
-            B = a.shape[1]
-            joint = self._actor_joint(group, joint_taken, a)
-            q_pi, _ = group.act("critic", {"states": critic_st, "taken_actions": joint.reshape(G * B, -1)})
+                logits = self._logits(group.policy, "policy").float()
+                own = gumbel_softmax_st(logits=logits, temperature=cfg.gumbel_temperature, mask=action_mask)
+            own = own.float().view(G, -1, own.shape[-1])
+            B = own.shape[1]
+            joint = joint_with_own_actions(joint_actions=joint_taken, own_actions=own, columns=group.joint_columns)
+            q_pi, _ = group.act("critic", {"states": critic_states, "taken_actions": joint.reshape(G * B, -1)})
             q_pi = q_pi.float().view(G, B, 1)
-            loss = -self._group_mean(group, q_pi, mask)
-            if cfg.policy_regularization and not group.discrete:
-                pre_tanh = out.get(PRE_TANH_ACTIONS_KEY) if isinstance(out, dict) else None
-                if pre_tanh is None:
-                    raise ValueError(self._no_pre_tanh(group))
-                square = pre_tanh.float().view(G, B, -1).square().mean(dim=-1, keepdim=True)
-                loss = loss + cfg.policy_regularization * self._group_mean(group, square, mask)
-        return loss, q_pi.detach()
-
-    @staticmethod
-    def _group_mean(group: MADDPGGroup, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """A group's loss from ``(G, B, 1)`` terms: the mean over all rows for a shared model, the sum of each
-        agent's own mean for a batched group (each model's gradient is its agent's loss alone)."""
-        return masked_mean(x, mask, dim=(1, 2)).sum() if group.batched else masked_mean(x, mask)
-
-    def _gradient_step(self) -> None:
-        """One gradient step of every group on one batch of joint transitions, then the target updates."""
-        batch = self.sample_batch()
-        for group in self.groups:
-            self._update_statistics(group, batch)
-        taken = {u: self._encode_actions(u, batch[u]["actions"]) for u in self.possible_agents}
-        joint_taken = self._joint(taken)
-        joint_next, next_critic_states = self._next_joint_action(batch)
-
-        self.progress.gradient_steps += 1
-        policy_step = self.progress.gradient_steps % self.cfg.policy_delay == 0
-        stats, stepped = [], {}
-        for group in self.groups:
-            clip = group.cfg.grad_norm_clip
-            critic_loss, c = self._critic_loss(
-                group,
-                batch,
-                joint_taken=joint_taken,
-                joint_next=joint_next,
-                next_critic_states=next_critic_states[group.index],
+            loss = actor_loss(
+                q_values=q_pi,
+                mask=self._per_agent(group, batch, "agent_mask"),
+                pre_tanh=self._pre_tanh(group, outputs, G, B),
+                regularization=group.policy_regularization,
+                per_agent=group.batched,
             )
-            per_agent = group.batched
-            critic_parameters = group.parameters(*group.critic_roles)
-            critic_stepped = self._optimizer_step(
-                group.critic_optimizer,
-                critic_loss,
-                critic_parameters,
-                clip,
-                per_agent=per_agent,
-                count=group.critic_scheduler is not None,
-            )
-            q, mask, big = c["q"], self._per_agent(group, batch, "agent_mask"), torch.finfo(torch.float32).max
-            q_pi, policy_stepped = None, False
-            if policy_step:
-                policy_loss, q_pi = self._actor_loss(group, batch, joint_taken=joint_taken)
-                policy_stepped = self._optimizer_step(
-                    group.policy_optimizer,
-                    policy_loss,
-                    group.parameters("policy"),
-                    clip,
-                    per_agent=per_agent,
-                    count=group.policy_scheduler is not None,
-                )
-            # a schedule counts the optimiser steps that happened (torch warns of a scheduler stepped before one)
-            stepped[group.index] = ((group.policy_scheduler, policy_stepped), (group.critic_scheduler, critic_stepped))
+        stepped = self._optimizer_step(
+            group.policy_optimizer,
+            loss["loss"],
+            group.parameters("policy"),
+            cfg.grad_norm_clip,
+            per_agent=group.batched,
+            count=group.policy_scheduler is not None,
+        )
+        return stepped, q_pi.detach()
 
-            with torch.no_grad():
-                stats.append(
-                    torch.stack(
-                        [
-                            masked_mean(c["error"], c["mask"], dim=(1, 2)),
-                            -masked_mean(q_pi if q_pi is not None else q, mask, dim=(1, 2)),
-                            masked_mean(q, mask, dim=(1, 2)),
-                            q.masked_fill(~mask, big).amin(dim=(1, 2)),
-                            q.masked_fill(~mask, -big).amax(dim=(1, 2)),
-                            masked_mean(c["target"], c["mask"], dim=(1, 2)),
-                        ]
-                    )
-                )
-
-        self.scaler.update()  # once per gradient step, after every optimiser has stepped
+    def _update_targets(self, *, policy_step: bool, stepped: dict[int, tuple]) -> None:
+        """Polyak phase: on the actor's steps every target follows its online model (stacked tensors for a batched
+        group: one update for all agents); then the schedulers of the optimisers that stepped."""
         for group in self.groups:
-            polyak = group.cfg.polyak
-            # stacked tensors for a batched group: one update for all agents; with a policy delay, on the actor's steps
             for role in ("policy", *group.critic_roles) if policy_step else ():
                 target, online = group.parameters(f"target_{role}"), group.parameters(role)
-                polyak_update_(target=target, online=online, polyak=polyak)
+                polyak_update_(target=target, online=online, polyak=group.cfg.polyak)
             for scheduler, optimizer_stepped in stepped[group.index]:
                 if scheduler is not None and optimizer_stepped:
                     scheduler.step()
-        self._track(stats, policy_step=policy_step)
+
+    @staticmethod
+    def _group_stats(critic: dict[str, torch.Tensor], q_pi: torch.Tensor | None) -> torch.Tensor:
+        """Per agent of the group: critic loss, policy loss, Q mean, min and max, target mean, ``(6, G)``."""
+        q, mask, big = critic["q"], critic["agent_mask"], torch.finfo(torch.float32).max
+        with torch.no_grad():
+            return torch.stack(
+                [
+                    masked_mean(critic["error"], critic["mask"], dim=(1, 2)),
+                    -masked_mean(q_pi if q_pi is not None else q, mask, dim=(1, 2)),
+                    masked_mean(q, mask, dim=(1, 2)),
+                    q.masked_fill(~mask, big).amin(dim=(1, 2)),
+                    q.masked_fill(~mask, -big).amax(dim=(1, 2)),
+                    masked_mean(critic["target"], critic["mask"], dim=(1, 2)),
+                ]
+            )
 
     def _track(self, stats: list[torch.Tensor], *, policy_step: bool = True) -> None:
         # one host read per gradient step for all groups: (6, agents of all groups, in group order)
@@ -900,3 +852,47 @@ class MADDPG(GroupedMultiAgent):
                 self.track_data(f"Learning / Policy learning rate ({uid})", policy_lr)
                 self.track_data(f"Learning / Critic learning rate ({uid})", critic_lr)
                 i += 1
+
+    # ------------------------------------------------------------------ update: inputs of the models
+
+    def _group_inputs(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> tuple[torch.Tensor, ...]:
+        """Preprocessed ``(G * B, size)`` policy observations, policy states (or None) and critic states."""
+        prefix = "next_" if next_ else ""
+        G = group.size
+        raw_obs = torch.stack([batch[u][f"{prefix}observations"] for u in group.uids])  # (G, B, o)
+        B = raw_obs.shape[1]
+        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * B, -1)
+        if self.env_states:
+            raw_states = torch.stack([batch[u][f"{prefix}states"] for u in group.uids])  # (G, B, S)
+            states = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0).reshape(G * B, -1)
+            return obs, states, states
+        joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)
+        critic_states = apply_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), agent_dim=0)
+        critic_states = critic_states.expand(G, *critic_states.shape[1:]).reshape(G * B, -1)
+        return obs, None, critic_states
+
+    def _group_action_mask(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> torch.Tensor | None:
+        """The stored action masks of the group's rows, bool ``(G * B, n)`` (``next_action_mask`` when ``next_``);
+        None for continuous agents."""
+        if not group.discrete:
+            return None
+        key = "next_action_mask" if next_ else "action_mask"
+        return torch.cat([batch[u][key] for u in group.uids])
+
+    def _per_agent(self, group: MADDPGGroup, batch: dict, key: str) -> torch.Tensor:
+        return torch.stack([batch[u][key] for u in group.uids])  # (G, B, size)
+
+    @staticmethod
+    def _logits(policy: Model, role: str) -> torch.Tensor:
+        """Logits (log-probabilities) of a categorical policy's last call: its distribution's, whether the network
+        gives logits or probabilities (the argmax and the Gumbel-softmax do not see the per-row constant)."""
+        return policy.distribution(role=role).logits
+
+    def _pre_tanh(self, group: MADDPGGroup, outputs: Any, G: int, B: int) -> torch.Tensor | None:
+        """The policy's output before the tanh, ``(G, B, A)``, where the group's actor loss penalises it."""
+        if not group.policy_regularization or group.discrete:
+            return None
+        pre_tanh = outputs.get(PRE_TANH_ACTIONS_KEY) if isinstance(outputs, dict) else None
+        if pre_tanh is None:
+            raise ValueError(self._no_pre_tanh(group))
+        return pre_tanh.float().view(G, B, -1)
