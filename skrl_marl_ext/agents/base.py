@@ -43,7 +43,7 @@ from skrl_marl_ext.agents.config import build_cfg
 from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
 from skrl_marl_ext.agents.inputs import InputCheck
 from skrl_marl_ext.agents.validation import check_agent_inputs
-from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY, MEAN_ACTIONS_KEY
+from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
 from skrl_marl_ext.preprocessors import identity, make_preprocessor
 
@@ -115,7 +115,8 @@ class GroupedMultiAgent(MultiAgent):
         device: str | torch.device | None = None,
         cfg: Any = None,
     ) -> None:
-        """Build the config, check the arguments, call skrl's constructor, form the groups, then :meth:`_set_up`.
+        """Build the config, check the arguments and call skrl's constructor; the algorithm then forms its groups
+        (:meth:`_form_groups`) and sets them up.
 
         Parameters are skrl's ``MultiAgent``'s (keyword-only); ``cfg`` is a dict or a config dataclass (see each
         agent's class docstring).
@@ -145,8 +146,8 @@ class GroupedMultiAgent(MultiAgent):
             cfg=cfg,
         )
         self._device_type = torch.device(self.device).type
-        self.groups = self._build_groups()
-        self.group_of = {uid: group for group in self.groups for uid in group.uids}
+        self.groups: list[AgentGroup] = []
+        self.group_of: dict[str, AgentGroup] = {}
         self._input_check = InputCheck.of(self)  # act and record_transition: every step the first's shapes
         # one grad scaler for every optimiser of the agent
         self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
@@ -159,12 +160,8 @@ class GroupedMultiAgent(MultiAgent):
         loaded (see :meth:`_shift`)."""
         self._trainer_timesteps: int | None = None
         """The ``timesteps`` of the trainer that initialised the agent (for skrl's ``"auto"`` intervals)."""
-        self._set_up()
         for uid in self.possible_agents:
             self.checkpoint_modules[uid]["progress"] = self.progress
-
-    def _set_up(self) -> None:
-        """Hook: the algorithm's own construction (its groups' optimisers, preprocessors, storage)."""
 
     # ------------------------------------------------------------------ construction
 
@@ -175,15 +172,14 @@ class GroupedMultiAgent(MultiAgent):
         """The state spaces handed to skrl's constructor (``{agent: None}`` when the env has none)."""
         return state_spaces if state_spaces is not None else {uid: None for uid in possible_agents}
 
-    def _batchable(self, uid: str) -> bool:
-        """Hook: whether agent ``uid`` (with models of its own) may join a batched group; the base never batches."""
-        return False
-
-    def _build_groups(self) -> list[AgentGroup]:
+    def _form_groups(self, *, batchable: Callable[[str], bool]) -> None:
+        """Form :attr:`groups`: agents that share their models, then agents with models of their own that stack
+        (:func:`~skrl_marl_ext.agents.groups.batch_groups`) where ``batchable(agent)`` allows, each other agent alone.
+        """
         spaces = {"observation": self.observation_spaces, "action": self.action_spaces, "state": self.state_spaces}
         options = {"models": self.models, "roles": self.roles, "spaces": spaces, "cfg": self.cfg}
         partition = group_agents(owner=type(self).__name__, possible_agents=self.possible_agents, **options)
-        singles = [uids for uids in partition if len(uids) == 1 and self._batchable(uids[0])]
+        singles = [uids for uids in partition if len(uids) == 1 and batchable(uids[0])]
         batched = {tuple(u): b for u, b in batch_groups(singles, **options) if b}
         merged, done = [], set()
         for uids in partition:
@@ -206,7 +202,8 @@ class GroupedMultiAgent(MultiAgent):
             )
             group.stack_models()
             groups.append(group)
-        return groups
+        self.groups = groups
+        self.group_of = {uid: group for group in groups for uid in group.uids}
 
     def _make_preprocessor(self, group: AgentGroup, kind: str, size: Any) -> Any:
         """The group's ``cfg.<kind>_preprocessor``: one for a shared model, each agent's own (stacked) for a batched
@@ -316,132 +313,6 @@ class GroupedMultiAgent(MultiAgent):
     def pre_interaction(self, *, timestep: int, timesteps: int) -> None:
         """Nothing to do before the environment step (no timestep to shift)."""
 
-    # ------------------------------------------------------------------ lifecycle
-
-    def act(
-        self,
-        observations: dict[str, torch.Tensor],
-        states: dict[str, torch.Tensor | None] | None,
-        *,
-        timestep: int,
-        timesteps: int,
-    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Actions of every agent, one forward pass per group (nothing is stored here: see ``record_transition``).
-
-        :param observations: ``{agent: (num_envs, obs_size)}``; agents absent from the dict get no action.
-        :param states: ``{agent: (num_envs, state_size) or None}`` (skrl's wrappers give one tensor to all agents).
-        :param timestep: Current timestep.
-        :param timesteps: Number of timesteps.
-
-        :return: ``(actions, outputs)``: ``actions[agent]`` of shape ``(num_envs, action_size)`` (``(num_envs, 1)``
-            indexes for Discrete spaces), ``outputs[agent]`` the policy's outputs for that agent. In evaluation mode
-            ``outputs["mean_actions"]`` also holds ``{agent: deterministic actions}`` (mean or greedy), where skrl's
-            trainers look for them (skrl 2.1.1's multi-agents never put them there, so their evaluation samples).
-        """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
-        actions, outputs, deterministic = {}, {}, {}
-        with torch.no_grad():
-            for group in self.groups:
-                present = [observations[uid] for uid in group.uids if uid in observations]
-                if not present:
-                    continue
-                n = present[0].shape[0]
-                group_actions, group_outputs, greedy = self._act_group(
-                    group, observations, states, timestep=timestep, timesteps=timesteps
-                )
-                self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
-                if greedy is group_actions:  # acting was deterministic already: the same tensors
-                    deterministic.update({uid: actions[uid] for uid in group.uids if uid in observations})
-                elif greedy is not None:
-                    self._split(group, observations, greedy, {}, n, deterministic, {})
-        if not self.training:
-            outputs[MEAN_ACTIONS_KEY] = deterministic
-        return actions, outputs
-
-    def _act_group(
-        self, group: AgentGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
-    ) -> tuple[torch.Tensor, dict[str, Any], torch.Tensor | None]:
-        """Hook: one group's actions and policy outputs, agent-major ``(G * n, ...)``, and (in evaluation) its
-        deterministic actions."""
-        raise NotImplementedError
-
-    def record_transition(
-        self,
-        *,
-        observations: dict[str, torch.Tensor],
-        states: dict[str, torch.Tensor | None],
-        actions: dict[str, torch.Tensor],
-        rewards: dict[str, torch.Tensor],
-        next_observations: dict[str, torch.Tensor],
-        next_states: dict[str, torch.Tensor],
-        terminated: dict[str, torch.Tensor],
-        truncated: dict[str, torch.Tensor],
-        infos: Any,
-        timestep: int,
-        timesteps: int,
-    ) -> None:
-        """Record one env step of every agent (skrl's contract; the only place the agents write their storage).
-
-        skrl's tracking of episode rewards runs first. The step's infos are then read (see :mod:`skrl_marl_ext.keys`):
-        ``infos["action_mask"]`` is kept for the next :meth:`act` (in evaluation too), and in training the algorithm
-        stores the step with ``infos["agent_mask"]`` and ``infos["final_observations"]`` / ``["final_states"]``.
-
-        Parameters are skrl's: ``{agent: tensor}`` dicts, rewards/terminated/truncated of shape ``(num_envs, 1)``.
-        """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
-        super().record_transition(**step)
-        infos = self._infos(infos)
-        acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
-        self._keep_action_masks(infos)  # the masks of next_observations, for the next act
-        if self.training:
-            self._record(step, infos=infos, acted_masks=acted_masks)
-        self._after_step(step, infos=infos)
-
-    def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
-        """Hook: store one training step (``step`` holds ``record_transition``'s arguments by name)."""
-        raise NotImplementedError
-
-    def _after_step(self, step: dict[str, Any], *, infos: dict) -> None:
-        """Hook: what follows every env step, in training and evaluation (e.g. moving hidden states on)."""
-
-    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """After the environment step (skrl's contract): count the step, let the algorithm learn
-        (:meth:`_post_interaction`), then skrl's tracking and checkpoints at their intervals.
-
-        :param timestep: Current timestep (the trainer's, from 0; shifted by the steps completed before, see
-            :meth:`_shift`).
-        :param timesteps: Number of timesteps.
-        """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        if self.training:
-            self.progress.timestep = timestep + 1
-        self._post_interaction(timestep=timestep, timesteps=timesteps)
-        self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
-
-    def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """Hook: the algorithm's work after a step (its updates), with the run's timestep."""
-
-    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
-        """The algorithm's update of agent ``uid`` (skrl's per-agent entry point; see :meth:`_update`).
-
-        :param timestep: Current timestep (shifted as in :meth:`post_interaction`).
-        :param timesteps: Number of timesteps.
-        :param uid: Agent name.
-        """
-        if uid not in self.group_of:
-            raise ValueError(
-                f"{type(self).__name__}.update: unknown agent '{uid}'; choose one of {self.possible_agents}"
-            )
-        timestep, timesteps = self._shift(timestep, timesteps)
-        self._update(timestep=timestep, timesteps=timesteps, uid=uid)
-
-    def _update(self, *, timestep: int, timesteps: int, uid: str) -> None:
-        """Hook: the algorithm's update of agent ``uid``, with the run's timestep."""
-        raise NotImplementedError
-
     def _track_and_checkpoint(self, *, timestep: int, timesteps: int) -> None:
         """skrl's ``MultiAgent.post_interaction``: checkpoints (and the best modules by mean total reward) and
         TensorBoard data at their intervals. One difference: a checkpoint module with ``best_state_dict()`` (MADDPG's
@@ -467,10 +338,6 @@ class GroupedMultiAgent(MultiAgent):
         return copy.deepcopy(self._get_internal_value(module))
 
     # ------------------------------------------------------------------ infos
-
-    @staticmethod
-    def _infos(infos: Any) -> dict:
-        return infos if isinstance(infos, dict) else {}
 
     def _agent_mask(self, group: AgentGroup, observations: dict, agent_masks: Any, num_envs: int) -> torch.Tensor:
         """``(G, num_envs, 1)`` bool: False for agents absent from ``observations`` and where ``infos["agent_mask"]``

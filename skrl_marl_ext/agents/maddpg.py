@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -60,8 +61,8 @@ from typing import Any
 import gymnasium
 import torch
 from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
+from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.noises.torch import GaussianNoise
-from skrl.utils import ScopedTimer
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.agents.base import GroupedMultiAgent, Progress
@@ -95,6 +96,7 @@ from skrl_marl_ext.keys import (
     AGENT_MASK_KEY,
     FINAL_OBSERVATIONS_KEY,
     FINAL_STATES_KEY,
+    MEAN_ACTIONS_KEY,
     PRE_TANH_ACTIONS_KEY,
 )
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
@@ -190,26 +192,11 @@ class MADDPG(GroupedMultiAgent):
     # ------------------------------------------------------------------ construction
 
     def __init__(self, *, models: dict[str, dict[str, Model]], **kwargs: Any) -> None:
+        """Check the arguments (skrl's ``MultiAgent``'s, keyword-only), form the groups, then set each up: its
+        optimisers, targets, noise and preprocessors, and the joint replay."""
         self.roles = ROLES + TWIN_ROLES if self._twin_critics(models) else ROLES
         super().__init__(models=models, **kwargs)
-
-    @staticmethod
-    def _twin_critics(models: Any) -> bool:
-        """Whether the models dicts hold the second critic (refused unless every agent's holds both twin roles)."""
-        if not isinstance(models, dict) or not all(isinstance(m, dict) for m in models.values()):
-            return False  # the base refuses the models argument with its own message
-        having = {uid: [role for role in TWIN_ROLES if role in m] for uid, m in models.items()}
-        if not any(having.values()):
-            return False
-        partial = sorted(uid for uid, roles in having.items() if len(roles) < len(TWIN_ROLES))
-        if partial:
-            raise ValueError(
-                f"MADDPG: models of agents {partial} lack {list(TWIN_ROLES)} that other agents have; clipped double Q "
-                f"needs both second-critic roles for every agent (or leave them out for all)"
-            )
-        return True
-
-    def _set_up(self) -> None:
+        self._form_groups(batchable=self._batchable)
         self.cfg: MADDPG_CFG
         for uid in self.possible_agents:
             for role, model in self.models[uid].items():
@@ -236,6 +223,22 @@ class MADDPG(GroupedMultiAgent):
                 self.checkpoint_modules[uid]["replay"] = ReplayState(
                     self.replay, uid, noises=self._noises(self.group_of[uid])
                 )
+
+    @staticmethod
+    def _twin_critics(models: Any) -> bool:
+        """Whether the models dicts hold the second critic (refused unless every agent's holds both twin roles)."""
+        if not isinstance(models, dict) or not all(isinstance(m, dict) for m in models.values()):
+            return False  # the base refuses the models argument with its own message
+        having = {uid: [role for role in TWIN_ROLES if role in m] for uid, m in models.items()}
+        if not any(having.values()):
+            return False
+        partial = sorted(uid for uid, roles in having.items() if len(roles) < len(TWIN_ROLES))
+        if partial:
+            raise ValueError(
+                f"MADDPG: models of agents {partial} lack {list(TWIN_ROLES)} that other agents have; clipped double Q "
+                f"needs both second-critic roles for every agent (or leave them out for all)"
+            )
+        return True
 
     def _noises(self, group: MADDPGGroup) -> dict[str, Any]:
         """The noise objects whose state a ``replay`` checkpoint module keeps (skrl's Ornstein-Uhlenbeck noise has
@@ -475,6 +478,41 @@ class MADDPG(GroupedMultiAgent):
             return torch.randn(rows, low.numel(), device=self.device)
         return low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
 
+    def act(
+        self,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None] | None,
+        *,
+        timestep: int,
+        timesteps: int,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Actions of every agent, one forward pass per group, with exploration noise in training (nothing is stored
+        here: see :meth:`record_transition`).
+
+        :param observations: ``{agent: (N, obs_size)}``; agents absent from the dict get no action.
+        :param states: ``{agent: (N, state_size) or None}``.
+        :param timestep: Current timestep (the noise schedule and ``cfg.random_timesteps`` read it).
+        :param timesteps: Number of timesteps.
+        :return: ``(actions, outputs)``: ``actions[agent]`` ``(N, action_size)`` (``(N, 1)`` indexes for Discrete
+            spaces), ``outputs[agent]`` the policy's outputs. In evaluation the actions are deterministic (no noise,
+            greedy) and ``outputs["mean_actions"]`` holds them too, where skrl's trainers look for them.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
+        actions, outputs = {}, {}
+        with torch.no_grad():
+            for group in self.groups:
+                present = [observations[uid] for uid in group.uids if uid in observations]
+                if present:
+                    group_actions, group_outputs = self._act_group(
+                        group, observations, states, timestep=timestep, timesteps=timesteps
+                    )
+                    n = present[0].shape[0]
+                    self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
+        if not self.training:  # acting was deterministic: the same tensors
+            outputs[MEAN_ACTIONS_KEY] = dict(actions)
+        return actions, outputs
+
     def _act_group(
         self, group: MADDPGGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
@@ -491,7 +529,7 @@ class MADDPG(GroupedMultiAgent):
         G, n = group.size, raw_obs.shape[1]
         mask = self._action_mask(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
-            return self._random_actions(group, G * n, mask), {}, None
+            return self._random_actions(group, G * n, mask), {}
         obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * n, -1)
         raw_states = stack_agents(states, group.uids) if self.env_states and states else None
         st = None
@@ -515,9 +553,40 @@ class MADDPG(GroupedMultiAgent):
             if self.training and scale != 1.0 and group.index == self._first_continuous:
                 self.track_data("Exploration / Exploration noise scale", scale)
             group_actions = torch.maximum(torch.minimum(group_actions, group.high), group.low)
-        return group_actions, group_outputs, None if self.training else group_actions
+        return group_actions, group_outputs
 
     # ------------------------------------------------------------------ record_transition
+
+    def record_transition(
+        self,
+        *,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None],
+        actions: dict[str, torch.Tensor],
+        rewards: dict[str, torch.Tensor],
+        next_observations: dict[str, torch.Tensor],
+        next_states: dict[str, torch.Tensor],
+        terminated: dict[str, torch.Tensor],
+        truncated: dict[str, torch.Tensor],
+        infos: Any,
+        timestep: int,
+        timesteps: int,
+    ) -> None:
+        """Store one env step of every agent in the joint replay (skrl's episode tracking runs first).
+
+        ``infos["action_mask"]`` is kept for the next :meth:`act` (in evaluation too); in training the step is stored
+        with ``infos["agent_mask"]`` and ``infos["final_observations"]`` / ``["final_states"]`` (see :meth:`_record`).
+        Parameters are skrl's: ``{agent: tensor}`` dicts, rewards, terminated and truncated of shape ``(N, 1)``.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
+        MultiAgent.record_transition(self, **step)
+        infos = infos if isinstance(infos, dict) else {}
+        acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
+        self._keep_action_masks(infos)  # the masks of next_observations, for the next act
+        if self.training:
+            self._record(step, infos=infos, acted_masks=acted_masks)
 
     def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
         """Store the transition of every agent, one row of each agent's memory (the rows stay aligned).
@@ -597,17 +666,26 @@ class MADDPG(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ post_interaction and update
 
-    def _post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """From ``cfg.learning_starts`` on, ``cfg.gradient_steps`` gradient steps (the base then runs skrl's tracking
-        and checkpoints)."""
+    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
+        """Count the step; from ``cfg.learning_starts`` on, ``cfg.gradient_steps`` gradient steps; then skrl's
+        tracking and checkpoints at their intervals.
+
+        :param timestep: Current timestep (the trainer's, from 0; shifted by the steps completed before a load).
+        :param timesteps: Number of timesteps.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        if self.training:
+            self.progress.timestep = timestep + 1
         if self.training and timestep >= self.cfg.learning_starts and len(self.replay):
-            with ScopedTimer() as timer:
-                self._online_training_mode(True)
-                for _ in range(self.cfg.gradient_steps):
-                    self._gradient_step()
-                self._online_training_mode(False)
-            self.track_data("Stats / Algorithm update time (ms)", timer.elapsed_time_ms)
-            self._track_non_finite()
+            start = time.perf_counter()
+            self._online_training_mode(True)
+            for _ in range(self.cfg.gradient_steps):
+                self._gradient_step()
+            self._online_training_mode(False)
+            self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
+            if self.cfg.non_finite == "skip":
+                self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
+        self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
 
     def _online_training_mode(self, enabled: bool) -> None:
         """Training mode of the policies and critics (the targets only ever evaluate)."""
@@ -615,11 +693,18 @@ class MADDPG(GroupedMultiAgent):
             for role in ("policy", *group.critic_roles):
                 group.models[role].enable_training_mode(enabled)
 
-    def _update(self, *, timestep: int, timesteps: int, uid: str) -> None:
-        """Run ``cfg.gradient_steps`` gradient steps (skrl's per-agent entry point).
+    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
+        """Run ``cfg.gradient_steps`` gradient steps (skrl's per-agent entry point). One batch of joint transitions
+        serves every agent, so every group is updated, whichever ``uid`` is given.
 
-        One batch of joint transitions serves every agent, so every group is updated, whichever ``uid`` is given.
+        :param timestep: Current timestep.
+        :param timesteps: Number of timesteps.
+        :param uid: Agent name.
         """
+        if uid not in self.group_of:
+            raise ValueError(
+                f"{type(self).__name__}.update: unknown agent '{uid}'; choose one of {self.possible_agents}"
+            )
         for _ in range(self.cfg.gradient_steps):
             self._gradient_step()
 

@@ -23,8 +23,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium
 import torch
-from skrl.models.torch import CategoricalMixin
+from skrl.memories.torch import Memory
+from skrl.models.torch import CategoricalMixin, Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import compute_space_size
@@ -149,9 +151,32 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ construction
 
-    def _set_up(self) -> None:
-        """Each group's optimiser, preprocessors and hidden-state keeper, checked with one dry run of its models."""
+    def __init__(
+        self,
+        *,
+        possible_agents: list[str],
+        models: dict[str, dict[str, Model]],
+        memories: dict[str, Memory] | None = None,
+        observation_spaces: dict[str, gymnasium.Space] | None = None,
+        state_spaces: dict[str, gymnasium.Space] | None = None,
+        action_spaces: dict[str, gymnasium.Space] | None = None,
+        device: str | torch.device | None = None,
+        cfg: Any = None,
+    ) -> None:
+        """Check the arguments, form the groups, then set each up: its optimiser, preprocessors and hidden-state
+        keeper, checked with one dry run of its models. Parameters: see :class:`MAPPO`."""
+        super().__init__(
+            possible_agents=possible_agents,
+            models=models,
+            memories=memories,
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces,
+            action_spaces=action_spaces,
+            device=device,
+            cfg=cfg,
+        )
         self.cfg: OnPolicyCfg
+        self._form_groups(batchable=self._batchable)
         self.policies = {uid: self.models[uid]["policy"] for uid in self.possible_agents}
         self.values = {uid: self.models[uid]["value"] for uid in self.possible_agents}
         num_envs = self._check_memories()
