@@ -26,7 +26,7 @@ parameter tensor) but runs about 10 ``_foreach_*`` ops for all of them on CUDA. 
 such optimisers are switched to ``foreach=True`` so that a CPU count is the count of a CUDA run; ``--adam-foreach
 device`` keeps torch's choice for ``--device``. The same switch covers this package's per-agent gradient clip of a
 batched group, which takes a norm per gradient tensor on CPU but one norm of their concatenation elsewhere
-(:data:`skrl_marl_ext.agents.batched.NORMS_PER_TENSOR_ON`): ``cuda`` counts the latter. (This package's agents build
+(:data:`skrl_marl_ext.groups.stacked.NORMS_PER_TENSOR_ON`): ``cuda`` counts the latter. (This package's agents build
 their Adams fused where torch has the kernel, CPU and CUDA alike: one ``_fused_adam_`` op per step, left as it is;
 ``clip_grad_norm_`` uses ``_foreach_norm`` on CPU and CUDA alike.)
 
@@ -79,7 +79,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from skrl_marl_ext.trainers import PHASES, interact
 
 try:  # a version of the package before batched groups has no such module (the counts still run)
-    from skrl_marl_ext.agents import batched
+    from skrl_marl_ext.algorithms import batched
 except ImportError:  # pragma: no cover
     batched = None
 
@@ -140,7 +140,7 @@ def supports_loop_cfg(algo: str) -> bool:
     if algo == "maddpg":
         from skrl_marl_ext import MADDPG_CFG as cfg_class
     else:
-        from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg as cfg_class
+        from skrl_marl_ext.algorithms.mappo_cfg import OnPolicyCfg as cfg_class
 
     names = {field.name for field in dataclasses.fields(cfg_class)}
     return all(key in names for key in LOOP_CFG)

@@ -14,12 +14,12 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "AGENT_MASK_KEY": "skrl_marl_ext.keys",
-    "IPPO": "skrl_marl_ext.agents",
-    "IPPO_CFG": "skrl_marl_ext.agents",
-    "MADDPG": "skrl_marl_ext.agents.maddpg",  # a missing MADDPG fails on its own, not with the other agents
-    "MADDPG_CFG": "skrl_marl_ext.agents",
-    "MAPPO": "skrl_marl_ext.agents",
-    "MAPPO_CFG": "skrl_marl_ext.agents",
+    "IPPO": "skrl_marl_ext.algorithms",
+    "IPPO_CFG": "skrl_marl_ext.algorithms",
+    "MADDPG": "skrl_marl_ext.algorithms.maddpg",  # a missing MADDPG fails on its own, not with the other agents
+    "MADDPG_CFG": "skrl_marl_ext.algorithms",
+    "MAPPO": "skrl_marl_ext.algorithms",
+    "MAPPO_CFG": "skrl_marl_ext.algorithms",
     "ValueNorm": "skrl_marl_ext.preprocessors",
     "export_for_skrl": "skrl_marl_ext.export",
     "joint_action_space": "skrl_marl_ext.models.maddpg_models",
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from skrl_marl_ext.agents import IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
+    from skrl_marl_ext.algorithms import IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
     from skrl_marl_ext.export import export_for_skrl
     from skrl_marl_ext.keys import AGENT_MASK_KEY
     from skrl_marl_ext.models.maddpg_models import joint_action_space

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from skrl_marl_ext.agents.checkpoint import check_layout, is_scaler_state, read_checkpoint
+from skrl_marl_ext.checkpoint import check_layout, is_scaler_state, read_checkpoint
 
 PLAY_MODULES = ("policy", "value", "observation_preprocessor", "state_preprocessor", "value_preprocessor")
 """What an exported file keeps of each agent (``value_preprocessor`` only as skrl's ``RunningStandardScaler``)."""
@@ -38,7 +38,7 @@ def export_for_skrl(src_path: str | os.PathLike, dst_path: str | os.PathLike) ->
     :param dst_path: The file to write.
     :return: The one line saying what the export leaves out (:data:`LEFT_OUT`).
     :raises ValueError: In one line, when ``src_path`` is not a multi-agent checkpoint (see
-        :func:`~skrl_marl_ext.agents.checkpoint.read_checkpoint`).
+        :func:`~skrl_marl_ext.checkpoint.read_checkpoint`).
     """
     owner = "export_for_skrl"
     modules = check_layout(read_checkpoint(src_path, map_location="cpu", owner=owner), src_path, owner=owner)

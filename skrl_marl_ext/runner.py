@@ -39,7 +39,7 @@ from skrl.envs.wrappers.torch import MultiAgentEnvWrapper
 from skrl.utils.runner.torch import Runner as SkrlRunner
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.agents import IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
+from skrl_marl_ext.algorithms import IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
 from skrl_marl_ext.models import (
     QMLP,
     CategoricalMLP,
@@ -75,8 +75,8 @@ def load_algorithm(name: str) -> tuple[type, type]:
             from skrl_marl_ext import MADDPG, MADDPG_CFG
         except ImportError:
             try:
-                from skrl_marl_ext.agents.maddpg import MADDPG
-                from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
+                from skrl_marl_ext.algorithms.maddpg import MADDPG
+                from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG
             except ImportError as e:
                 raise ValueError(f"MADDPG is not available in this installation of skrl_marl_ext ({e})") from None
         return MADDPG, MADDPG_CFG

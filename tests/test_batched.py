@@ -15,8 +15,8 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 import skrl_marl_ext.algorithms.mappo as on_policy
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
-from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_, make_adam
 from skrl_marl_ext.envs import make_spread_env
+from skrl_marl_ext.groups.stacked import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_, make_adam
 from skrl_marl_ext.models import QMLP, GaussianMLP
 
 ROLLOUTS = 6
@@ -430,8 +430,8 @@ def test_roles_of_a_step_run_in_one_map(monkeypatch):
     """A batched group runs its policy and value (MAPPO's act and each mini-batch) and MADDPG's twin critics and twin
     target critics through one ``act_together`` call each, that is one ``torch.vmap``, with the results of separate
     calls to the bit (sampling included: the mixins draw in call order)."""
-    import skrl_marl_ext.agents.batched as batched_module
-    import skrl_marl_ext.agents.groups as groups_module
+    import skrl_marl_ext.groups as groups_module
+    import skrl_marl_ext.groups.stacked as batched_module
 
     calls, maps = [], []
     together, vmap = batched_module.act_together, torch.vmap

@@ -110,7 +110,7 @@ def test_missing_maddpg_is_one_line(monkeypatch, capsys):
     import skrl_marl_ext
 
     monkeypatch.delattr(skrl_marl_ext, "MADDPG", raising=False)
-    monkeypatch.setitem(sys.modules, "skrl_marl_ext.agents.maddpg", None)  # import fails
+    monkeypatch.setitem(sys.modules, "skrl_marl_ext.algorithms.maddpg", None)  # import fails
     assert cli.main(["train", "--algo", "maddpg"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "MADDPG is not available" in err

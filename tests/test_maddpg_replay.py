@@ -7,7 +7,7 @@ from helpers import drive, one_thread, spread  # noqa: F401  (one_thread: autous
 from maddpg_helpers import NEVER, make_agent, make_memories, spy, step
 from skrl.memories.torch import RandomMemory
 
-from skrl_marl_ext.agents.replay import JointReplay
+from skrl_marl_ext.storage.replay import JointReplay
 
 
 def _consistent(states, obs_size):

@@ -15,10 +15,10 @@ from helpers import QUIET, drive, make_agent, one_thread, spread  # noqa: F401
 from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from skrl.trainers.torch import SequentialTrainer
 
-from skrl_marl_ext.agents.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
 from skrl_marl_ext.algorithms import mappo as algorithm
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, ValueRNN
+from skrl_marl_ext.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
 
 CFG = {"rollouts": 16, "mini_batches": 2, "learning_epochs": 2, "experiment": QUIET}
 
@@ -168,7 +168,7 @@ def test_sequence_indexes_cut_each_env_into_consecutive_steps():
 
 
 def test_sequence_length_one_draws_the_mlp_mini_batches():
-    from skrl_marl_ext.agents.rollout import mini_batch_indexes
+    from skrl_marl_ext.storage.rollout import mini_batch_indexes
 
     torch.manual_seed(3)
     a = list(sequence_mini_batch_indexes(sequence_indexes(5, 4, 1, device="cpu"), 3))

@@ -2,7 +2,7 @@
 
 A correct GAE fed the wrong next value, or a correct value loss fed the wrong anchor, passes every function test. Each
 test here drives MAPPO/IPPO through its lifecycle, records the arguments of a math function at its call site in
-``skrl_marl_ext.agents.on_policy`` (``compute_gae``, ``ppo_loss``) and checks them against values worked out by hand:
+``skrl_marl_ext.algorithms.mappo`` (``compute_gae``, ``ppo_loss``) and checks them against values worked out by hand:
 
 - the time-limit bootstrap of a truncated step is ``gamma * V(final observation)`` when the env gives it, and
   ``gamma * V(s_t)`` when it does not (never the value of the next episode's first observation);

@@ -1,2 +1,13 @@
-"""The algorithms, one file per family, each in skrl's lifecycle order: :mod:`~skrl_marl_ext.algorithms.mappo`
-(MAPPO and IPPO)."""
+"""The algorithms, one file per family, each in skrl's lifecycle order (``__init__``, ``init``, ``act``,
+``record_transition``, ``post_interaction``, ``update``): :mod:`~skrl_marl_ext.algorithms.mappo` (MAPPO and IPPO)
+and :mod:`~skrl_marl_ext.algorithms.maddpg`, their configs beside them (``*_cfg``), on the base in
+:mod:`~skrl_marl_ext.algorithms.base` (config, checks, masks, checkpoints, tracking, the optimiser step)."""
+
+from skrl_marl_ext.algorithms.maddpg import MADDPG as MADDPG
+from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG as MADDPG_CFG
+from skrl_marl_ext.algorithms.mappo import IPPO as IPPO
+from skrl_marl_ext.algorithms.mappo import MAPPO as MAPPO
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent as OnPolicyAgent
+from skrl_marl_ext.algorithms.mappo_cfg import IPPO_CFG as IPPO_CFG
+from skrl_marl_ext.algorithms.mappo_cfg import MAPPO_CFG as MAPPO_CFG
+from skrl_marl_ext.algorithms.mappo_cfg import OnPolicyCfg as OnPolicyCfg

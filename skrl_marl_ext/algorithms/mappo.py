@@ -10,7 +10,7 @@ update's phases: bootstrap and GAE -> statistics -> epochs of mini-batches -> tr
 
 Layouts, named once: a group of ``G`` agents acting in ``N`` envs stacks a step's inputs as ``(G, N, size)`` (a state
 the whole group shares as ``(1, N, size)``) and calls its models on agent-major rows ``(G * N, size)``; its rollout
-is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.agents.rollout`); the update reads it per agent as ``(G, T * N, width)``
+is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.storage.rollout`); the update reads it per agent as ``(G, T * N, width)``
 and a mini-batch as ``(G, B, width)``. Recurrent hidden states and action masks enter at the places marked
 ``# recurrent`` and ``# masks``.
 """
@@ -32,21 +32,10 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.base import GroupedMultiAgent, optimizer_steps
-from skrl_marl_ext.agents.batched import AgentOptimizerView, StackedPreprocessor, make_adam, stackable_preprocessor
-from skrl_marl_ext.agents.checkpoint import OptimizerCheckpoint
-from skrl_marl_ext.agents.groups import AgentGroup
-from skrl_marl_ext.agents.on_policy_cfg import OnPolicyCfg
-from skrl_marl_ext.agents.recurrent import (
-    RESET_KEY,
-    RecurrentState,
-    is_recurrent,
-    rnn_specification,
-    sequence_indexes,
-    sequence_mini_batch_indexes,
-)
-from skrl_marl_ext.agents.rollout import RolloutBuffer, first_non_finite, mini_batch_indexes
-from skrl_marl_ext.agents.validation import check_policy_family, dry_run
+from skrl_marl_ext.algorithms.base import GroupedMultiAgent, optimizer_steps
+from skrl_marl_ext.algorithms.mappo_cfg import IPPO_CFG, MAPPO_CFG, OnPolicyCfg
+from skrl_marl_ext.checkpoint import OptimizerCheckpoint
+from skrl_marl_ext.checks import check_policy_family, dry_run
 from skrl_marl_ext.functional import (
     approx_kl,
     compute_gae,
@@ -55,6 +44,8 @@ from skrl_marl_ext.functional import (
     normalize_advantages,
     ppo_loss,
 )
+from skrl_marl_ext.groups import AgentGroup
+from skrl_marl_ext.groups.stacked import make_adam, stackable_preprocessor
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
     AGENT_MASK_KEY,
@@ -64,6 +55,15 @@ from skrl_marl_ext.keys import (
 )
 from skrl_marl_ext.models.agent_id import append_agent_id
 from skrl_marl_ext.preprocessors import identity
+from skrl_marl_ext.recurrent import (
+    RESET_KEY,
+    RecurrentState,
+    is_recurrent,
+    rnn_specification,
+    sequence_indexes,
+    sequence_mini_batch_indexes,
+)
+from skrl_marl_ext.storage.rollout import RolloutBuffer, first_non_finite, mini_batch_indexes
 
 LOSS_FIELDS = ("ratio_clip", "value_clip", "huber_delta", "value_loss_scale", "entropy_loss_scale")
 """The config fields that are keyword arguments of :func:`~skrl_marl_ext.functional.ppo_loss`."""
@@ -85,7 +85,7 @@ class OnPolicyGroup(AgentGroup):
     mini_batches: int = 0
     """Mini-batches per epoch: ``cfg.mini_batches``, at most the sequences per agent of a rollout (0: not known)."""
     recurrent: RecurrentState | None = None
-    """Hidden states of recurrent models (:mod:`~skrl_marl_ext.agents.recurrent`); None when no model is."""
+    """Hidden states of recurrent models (:mod:`~skrl_marl_ext.recurrent`); None when no model is."""
 
     policy = property(lambda self: self.models["policy"])
     value = property(lambda self: self.models["value"])
@@ -274,13 +274,9 @@ class OnPolicyAgent(GroupedMultiAgent):
             group.recurrent.current = None
         # the optimiser in skrl's checkpoint layout where it can be (one parameter group), so skrl's agents load it
         modules = {"policy": group.policy, "value": group.value, "optimizer": OptimizerCheckpoint(group.optimizer)}
-        if group.batched:  # each agent's own models, its part of the optimiser
-            modules.update(group.agent_models)
-            modules["optimizer"] = [AgentOptimizerView(group.optimizer, i) for i in range(group.size)]
         modules["scheduler"] = group.scheduler
         for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
-            preprocessor = getattr(group, key)
-            modules[key] = preprocessor.modules if isinstance(preprocessor, StackedPreprocessor) else preprocessor
+            modules[key] = getattr(group, key)
         self._register_checkpoint(group, modules)
 
     def _recurrent_state(self, group: OnPolicyGroup) -> RecurrentState | None:
@@ -794,8 +790,10 @@ class OnPolicyAgent(GroupedMultiAgent):
             group.update_statistics("observation", raw, finite, agent_dim=1)
         if "states" in b and group.state_preprocessor is not identity:
             # a shared state counts where any agent of a shared model is alive; for each agent's own, where it is
-            own = isinstance(group.state_preprocessor, StackedPreprocessor)
-            raw, state_mask = b["states"], mask.any(dim=1, keepdim=True) if group.shared_state and not own else mask
+            raw, state_mask = (
+                b["states"],
+                mask.any(dim=1, keepdim=True) if group.shared_state and not group.batched else mask,
+            )
             finite = state_mask & torch.isfinite(raw).all(-1, keepdim=True)
             group.update_statistics("state", raw, finite, agent_dim=1)
         return returns
@@ -958,11 +956,6 @@ class OnPolicyAgent(GroupedMultiAgent):
         self.track_data("Learning / Updates per rollout", updates)
 
 
-@dataclasses.dataclass(kw_only=True)
-class MAPPO_CFG(OnPolicyCfg):
-    """Configuration of :class:`MAPPO` (all fields are those of :class:`~skrl_marl_ext.agents.OnPolicyCfg`)."""
-
-
 class MAPPO(OnPolicyAgent):
     """Multi-Agent Proximal Policy Optimization, a drop-in for ``skrl.multi_agents.torch.mappo.MAPPO``.
 
@@ -984,11 +977,6 @@ class MAPPO(OnPolicyAgent):
 
     cfg_class = MAPPO_CFG
     requires_states = True
-
-
-@dataclasses.dataclass(kw_only=True)
-class IPPO_CFG(OnPolicyCfg):
-    """Configuration of :class:`IPPO` (all fields are those of :class:`~skrl_marl_ext.agents.OnPolicyCfg`)."""
 
 
 class IPPO(OnPolicyAgent):

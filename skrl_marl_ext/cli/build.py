@@ -80,7 +80,7 @@ def _explain_type_error(error: TypeError, cfg: dict[str, Any], algo: str) -> str
 
     agent_class, cfg_class = load_algorithm(algo)  # build_runner's Runner has checked the name
     if owner == cfg_class.__name__:
-        from skrl_marl_ext.agents.config import build_cfg
+        from skrl_marl_ext.config import build_cfg
 
         try:
             build_cfg(cfg_class, {key: None}, owner=agent_class.__name__)

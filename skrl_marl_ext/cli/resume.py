@@ -99,7 +99,7 @@ def _newest_checkpoint(run_dir: str, resume: str) -> tuple[int, str]:
 
 def _steps_completed(path: str) -> int:
     """The steps a checkpoint of ours had completed (its ``progress``; 0 for a file without it)."""
-    from skrl_marl_ext.agents.checkpoint import read_checkpoint
+    from skrl_marl_ext.checkpoint import read_checkpoint
 
     try:
         modules = read_checkpoint(path, map_location="cpu", owner="--resume")

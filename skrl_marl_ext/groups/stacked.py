@@ -33,8 +33,8 @@ from skrl.models.torch import Model
 from torch import nn
 from torch.optim import optimizer as torch_optimizer
 
-from skrl_marl_ext.agents.checkpoint import fit_optimizer_state, optimizer_file_state
-from skrl_marl_ext.preprocessors import ValueNorm, fold_sums_, per_agent_sums, update_statistics
+from skrl_marl_ext.checkpoint import fit_optimizer_state, optimizer_file_state
+from skrl_marl_ext.preprocessors import ValueNorm, fold_sums_, per_agent_sums
 
 
 def stack_signature(module: nn.Module) -> tuple | None:
@@ -359,7 +359,7 @@ class AgentOptimizerView:
     """Agent ``index``'s part of a batched group's optimiser, with the state dict of the optimiser that agent would
     have on its own (each tensor of the state sliced at ``index``), so that checkpoints keep the per-agent layout and
     load into either form. It is written in skrl's layout where it can be (one parameter group, see
-    :func:`~skrl_marl_ext.agents.checkpoint.optimizer_file_state`) and loads from either layout."""
+    :func:`~skrl_marl_ext.checkpoint.optimizer_file_state`) and loads from either layout."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, index: int) -> None:
         self.optimizer, self.index = optimizer, index
@@ -402,25 +402,6 @@ class AgentOptimizerView:
                     state[name] = value.clone() if torch.is_tensor(value) else value
 
 
-def apply_preprocessor(preprocessor: Any, x: torch.Tensor, *, agent_dim: int, inverse: bool = False) -> torch.Tensor:
-    """``preprocessor(x)`` (``inverse``: back to the original scale) for ``x`` with the agents along ``agent_dim``:
-    a :class:`StackedPreprocessor` applies each agent's own; any other applies its one statistic to every row."""
-    if isinstance(preprocessor, StackedPreprocessor):
-        return preprocessor(x, agent_dim=agent_dim, inverse=inverse)
-    if inverse:
-        return preprocessor(x, inverse=True)
-    return preprocessor(x.reshape(-1, x.shape[-1])).view(x.shape)
-
-
-def update_preprocessor(preprocessor: Any, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
-    """Fold the unmasked rows of ``x`` (agents along ``agent_dim``) into the statistics: each agent's own for a
-    :class:`StackedPreprocessor`, all rows into one otherwise (:func:`~skrl_marl_ext.preprocessors.update_statistics`)."""
-    if isinstance(preprocessor, StackedPreprocessor):
-        preprocessor.update(x, mask, agent_dim=agent_dim)
-    else:
-        update_statistics(preprocessor, x, mask)
-
-
 __all__ = [
     "Adam",
     "make_adam",
@@ -429,9 +410,7 @@ __all__ = [
     "StackedModules",
     "StackedPreprocessor",
     "act_together",
-    "apply_preprocessor",
     "clip_grad_norm_per_agent_",
     "stack_signature",
     "stackable_preprocessor",
-    "update_preprocessor",
 ]

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from skrl_marl_ext.agents.config import MarlCfg, check_choice, check_range
+from skrl_marl_ext.config import MarlCfg, check_choice, check_range
 
 
 @dataclasses.dataclass(kw_only=True)

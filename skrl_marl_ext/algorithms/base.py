@@ -3,7 +3,7 @@
 :class:`GroupedMultiAgent` holds what does not depend on the algorithm:
 
 - construction: the config (built from a dict or dataclass, validated), the constructor's arguments checked with the
-  fix named, the agents grouped by shared models (:mod:`skrl_marl_ext.agents.groups`), the grad scaler;
+  fix named, the agents grouped by shared models (:mod:`skrl_marl_ext.groups`), the grad scaler;
 - rank gating: only rank 0 of a distributed run writes TensorBoard data and checkpoints;
 - infos: agent masks, action masks (with the refusal of a policy that would ignore them), final observations;
 - outputs: a group's stacked actions and outputs split per agent, deterministic actions for evaluation;
@@ -13,8 +13,8 @@
   run continues its schedules, checkpoint numbering and TensorBoard steps;
 - the optimiser step: scaled backward, gradient all-reduce over ranks, unscale and clip, scaler step.
 
-The algorithms (:mod:`~skrl_marl_ext.agents.on_policy`, :mod:`~skrl_marl_ext.agents.maddpg`) add what differs:
-their group set-up, acting, storage (:mod:`~skrl_marl_ext.agents.rollout`, :mod:`~skrl_marl_ext.agents.replay`)
+The algorithms (:mod:`~skrl_marl_ext.algorithms.mappo`, :mod:`~skrl_marl_ext.algorithms.maddpg`) add what differs:
+their group set-up, acting, storage (:mod:`~skrl_marl_ext.storage.rollout`, :mod:`~skrl_marl_ext.storage.replay`)
 and losses (:mod:`skrl_marl_ext.functional`).
 """
 
@@ -37,12 +37,12 @@ from skrl.utils.spaces.torch import unflatten_tensorized_space
 from skrl.utils.tensorboard import SummaryWriter
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.agents.batched import StackedPreprocessor, clip_grad_norm_per_agent_, make_adam  # noqa: F401
-from skrl_marl_ext.agents.checkpoint import load_checkpoint
-from skrl_marl_ext.agents.config import build_cfg
-from skrl_marl_ext.agents.groups import AgentGroup, batch_groups, group_agents
-from skrl_marl_ext.agents.inputs import InputCheck
-from skrl_marl_ext.agents.validation import check_agent_inputs
+from skrl_marl_ext.checkpoint import load_checkpoint
+from skrl_marl_ext.checks import check_agent_inputs
+from skrl_marl_ext.config import build_cfg
+from skrl_marl_ext.groups import AgentGroup, batch_groups, group_agents
+from skrl_marl_ext.groups.stacked import StackedPreprocessor, clip_grad_norm_per_agent_
+from skrl_marl_ext.inputs import InputCheck
 from skrl_marl_ext.keys import ACTION_MASK_KEY, AGENT_MASK_KEY
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
 from skrl_marl_ext.preprocessors import identity, make_preprocessor
@@ -174,7 +174,7 @@ class GroupedMultiAgent(MultiAgent):
 
     def _form_groups(self, *, batchable: Callable[[str], bool]) -> None:
         """Form :attr:`groups`: agents that share their models, then agents with models of their own that stack
-        (:func:`~skrl_marl_ext.agents.groups.batch_groups`) where ``batchable(agent)`` allows, each other agent alone.
+        (:func:`~skrl_marl_ext.groups.batch_groups`) where ``batchable(agent)`` allows, each other agent alone.
         """
         spaces = {"observation": self.observation_spaces, "action": self.action_spaces, "state": self.state_spaces}
         options = {"models": self.models, "roles": self.roles, "spaces": spaces, "cfg": self.cfg}
@@ -238,7 +238,9 @@ class GroupedMultiAgent(MultiAgent):
 
     def _register_checkpoint(self, group: AgentGroup, modules: dict[str, Any]) -> None:
         """Save and load ``modules`` (name -> module with a state dict, or a list of one per agent; None and the
-        identity are left out) for every agent of the group, with the grad scaler."""
+        identity are left out) for every agent of the group, with the grad scaler; each agent's own part of what a
+        batched group stacks (:meth:`~skrl_marl_ext.groups.AgentGroup.checkpoint_entries`)."""
+        modules = group.checkpoint_entries(modules)
         for i, uid in enumerate(group.uids):
             for key, module in modules.items():
                 module = module[i] if isinstance(module, list) else module
@@ -283,7 +285,7 @@ class GroupedMultiAgent(MultiAgent):
 
     def load(self, path: str) -> None:
         """Load a checkpoint written by :meth:`save`, refusing one of other agents or model shapes, or one holding
-        anything but tensors and state dicts (see :mod:`skrl_marl_ext.agents.checkpoint`).
+        anything but tensors and state dicts (see :mod:`skrl_marl_ext.checkpoint`).
 
         The agent then continues from the steps the checkpoint had completed (its ``progress``; from 0 when the file
         has none): a trainer's ``timestep`` 0 is that step, and its ``timesteps`` the steps still to run.

@@ -65,20 +65,9 @@ from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.agents.base import GroupedMultiAgent, Progress
-from skrl_marl_ext.agents.batched import (
-    AgentOptimizerView,
-    StackedPreprocessor,
-    apply_preprocessor,
-    make_adam,
-    stackable_preprocessor,
-    update_preprocessor,
-)
-from skrl_marl_ext.agents.groups import AgentGroup, stack_agents
-from skrl_marl_ext.agents.maddpg_cfg import MADDPG_CFG
-from skrl_marl_ext.agents.recurrent import is_recurrent
-from skrl_marl_ext.agents.replay import JointReplay, ReplayState
-from skrl_marl_ext.agents.validation import call_model, dry_run, expect_shape
+from skrl_marl_ext.algorithms.base import GroupedMultiAgent, Progress
+from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG
+from skrl_marl_ext.checks import call_model, dry_run, expect_shape
 from skrl_marl_ext.functional import (
     actor_loss,
     critic_loss,
@@ -91,6 +80,11 @@ from skrl_marl_ext.functional import (
     smooth_target_actions,
 )
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
+from skrl_marl_ext.groups import AgentGroup
+from skrl_marl_ext.groups.stacked import (
+    make_adam,
+    stackable_preprocessor,
+)
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
     AGENT_MASK_KEY,
@@ -102,6 +96,8 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.models.masked_categorical import mask_logits
 from skrl_marl_ext.preprocessors import identity
+from skrl_marl_ext.recurrent import is_recurrent
+from skrl_marl_ext.storage.replay import JointReplay, ReplayState
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
 """Model roles every agent needs (skrl DDPG's names)."""
@@ -300,15 +296,11 @@ class MADDPG(GroupedMultiAgent):
             else:
                 group.noise = copy.deepcopy(self.cfg.exploration_noise)
 
-        modules = dict(group.agent_models) if group.batched else {role: group.models[role] for role in self.roles}
+        modules = {role: group.models[role] for role in self.roles}
         modules.update(policy_optimizer=group.policy_optimizer, critic_optimizer=group.critic_optimizer)
-        if group.batched:  # each agent its part of the optimisers
-            for key in ("policy_optimizer", "critic_optimizer"):
-                modules[key] = [AgentOptimizerView(modules[key], i) for i in range(group.size)]
         modules.update(policy_scheduler=group.policy_scheduler, critic_scheduler=group.critic_scheduler)
         for key in ("observation_preprocessor", "state_preprocessor"):
-            preprocessor = getattr(group, key)
-            modules[key] = preprocessor.modules if isinstance(preprocessor, StackedPreprocessor) else preprocessor
+            modules[key] = getattr(group, key)
         self._register_checkpoint(group, modules)
 
     def _copy_targets(self, group: MADDPGGroup) -> None:
@@ -318,9 +310,7 @@ class MADDPG(GroupedMultiAgent):
         if group.twin:
             roles.append(("target_critic_2", "critic_2"))
         for target_role, role in roles:
-            targets = group.agent_models[target_role] if group.batched else [group.models[target_role]]
-            onlines = group.agent_models[role] if group.batched else [group.models[role]]
-            for target, online in zip(targets, onlines, strict=True):
+            for target, online in zip(group.unique_models(target_role), group.unique_models(role), strict=True):
                 try:
                     target.load_state_dict(online.state_dict())
                 except RuntimeError as e:
@@ -525,16 +515,16 @@ class MADDPG(GroupedMultiAgent):
         random actions are all allowed ones. Without a mask (e.g. at the first step after ``reset()`` for masks given
         through infos) every action is allowed.
         """
-        raw_obs = stack_agents(observations, group.uids)
+        raw_obs = group.stack(observations)
         G, n = group.size, raw_obs.shape[1]
         mask = self._action_mask(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
             return self._random_actions(group, G * n, mask), {}
-        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * n, -1)
-        raw_states = stack_agents(states, group.uids) if self.env_states and states else None
+        obs = group.preprocess("observation", raw_obs, agent_dim=0).reshape(G * n, -1)
+        raw_states = group.stack(states) if self.env_states and states else None
         st = None
         if raw_states is not None:
-            st = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0).reshape(G * n, -1)
+            st = group.preprocess("state", raw_states, agent_dim=0).reshape(G * n, -1)
         inputs = {"observations": obs, "states": st}
         if mask is not None:
             inputs[ACTION_MASK_KEY] = mask
@@ -757,16 +747,15 @@ class MADDPG(GroupedMultiAgent):
         mask = torch.stack([batch[u]["agent_mask"] for u in group.uids])  # (G, B, 1)
         if group.observation_preprocessor is not identity:
             obs = torch.stack([batch[u]["observations"] for u in group.uids])
-            update_preprocessor(group.observation_preprocessor, obs, mask, agent_dim=0)
+            group.update_statistics("observation", obs, mask, agent_dim=0)
         if group.state_preprocessor is not identity:
             if self.env_states:
                 states = torch.stack([batch[u]["states"] for u in group.uids])
-                update_preprocessor(group.state_preprocessor, states, mask, agent_dim=0)
+                group.update_statistics("state", states, mask, agent_dim=0)
             else:  # one joint observation for the group: where any agent is alive (each agent's own: where it is)
                 joint_obs = torch.cat([batch[u]["observations"] for u in self.possible_agents], dim=-1)
-                own = isinstance(group.state_preprocessor, StackedPreprocessor)
-                mask = mask if own else mask.any(dim=0, keepdim=True)
-                update_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), mask, agent_dim=0)
+                mask = mask if group.batched else mask.any(dim=0, keepdim=True)
+                group.update_statistics("state", joint_obs.unsqueeze(0), mask, agent_dim=0)
 
     def _encode_actions(self, uid: str, actions: torch.Tensor) -> torch.Tensor:
         space = self.action_spaces[uid]
@@ -946,13 +935,13 @@ class MADDPG(GroupedMultiAgent):
         G = group.size
         raw_obs = torch.stack([batch[u][f"{prefix}observations"] for u in group.uids])  # (G, B, o)
         B = raw_obs.shape[1]
-        obs = apply_preprocessor(group.observation_preprocessor, raw_obs, agent_dim=0).reshape(G * B, -1)
+        obs = group.preprocess("observation", raw_obs, agent_dim=0).reshape(G * B, -1)
         if self.env_states:
             raw_states = torch.stack([batch[u][f"{prefix}states"] for u in group.uids])  # (G, B, S)
-            states = apply_preprocessor(group.state_preprocessor, raw_states, agent_dim=0).reshape(G * B, -1)
+            states = group.preprocess("state", raw_states, agent_dim=0).reshape(G * B, -1)
             return obs, states, states
         joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)
-        critic_states = apply_preprocessor(group.state_preprocessor, joint_obs.unsqueeze(0), agent_dim=0)
+        critic_states = group.preprocess("state", joint_obs.unsqueeze(0), agent_dim=0)
         critic_states = critic_states.expand(G, *critic_states.shape[1:]).reshape(G * B, -1)
         return obs, None, critic_states
 

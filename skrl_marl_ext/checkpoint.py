@@ -12,7 +12,7 @@ checkpoint of other agents, model shapes or modules is refused. The one exceptio
 start fresh.
 
 The optimiser's checkpoint entry (:class:`OptimizerCheckpoint`, and the per-agent
-:class:`~skrl_marl_ext.agents.batched.AgentOptimizerView`) is written in skrl's layout, one parameter group over the
+:class:`~skrl_marl_ext.groups.stacked.AgentOptimizerView`) is written in skrl's layout, one parameter group over the
 policy's then the value model's parameters, whenever the groups' hyperparameters agree, so skrl's agents load it;
 both layouts load here.
 """

@@ -183,7 +183,7 @@ def dry_run(
     """Run a group's policy (and value model, when ``value_inputs`` are given) once on zeros of the shapes the agent
     will feed them, and check what comes back. The RNG state is restored afterwards (a seeded run is unchanged).
 
-    :param group: An :class:`~skrl_marl_ext.agents.groups.AgentGroup` (its agents, models and action space).
+    :param group: An :class:`~skrl_marl_ext.groups.AgentGroup` (its agents, models and action space).
 
     :raises ValueError: Naming the agents, the model, the input shapes and the expected output shape.
     """

@@ -5,7 +5,7 @@ called once for all of them, one loss is taken over all of them and each optimis
 
 - agents that hold the *same* model objects (parameter sharing), or
 - a *batched group*: agents with models of their own, of one class and shape, whose parameters are stacked and run as
-  one ``torch.func`` call (:mod:`~skrl_marl_ext.agents.batched`); each agent keeps its own loss, statistics and
+  one ``torch.func`` call (:mod:`~skrl_marl_ext.groups.stacked`); each agent keeps its own loss, statistics and
   gradient clipping.
 
 An agent with models of its own that stack with no other is a group of one. Every model call goes through
@@ -23,15 +23,16 @@ import gymnasium
 import torch
 from skrl.models.torch import Model
 
-from skrl_marl_ext.agents.batched import (
+from skrl_marl_ext.checkpoint import OptimizerCheckpoint
+from skrl_marl_ext.config import MarlCfg
+from skrl_marl_ext.groups.stacked import (
+    AgentOptimizerView,
     StackedModel,
     StackedPreprocessor,
     act_together,
     stack_signature,
-    update_preprocessor,
 )
-from skrl_marl_ext.agents.config import MarlCfg
-from skrl_marl_ext.preprocessors import identity
+from skrl_marl_ext.preprocessors import identity, update_statistics
 
 
 @dataclasses.dataclass(eq=False)
@@ -94,7 +95,7 @@ class AgentGroup:
 
     def act_many(self, *calls: tuple[str, dict[str, Any]]) -> list[tuple[torch.Tensor, dict[str, Any]]]:
         """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one
-        vmapped call (:func:`~skrl_marl_ext.agents.batched.act_together`), the others call their models in turn."""
+        vmapped call (:func:`~skrl_marl_ext.groups.stacked.act_together`), the others call their models in turn."""
         if self.stacked:
             return act_together([(self.stacked[role], inputs, role) for role, inputs in calls])
         return [self.models[role].act(inputs, role=role) for role, inputs in calls]
@@ -114,7 +115,11 @@ class AgentGroup:
     def update_statistics(self, kind: str, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
         """Fold the unmasked rows of ``x`` (agents along ``agent_dim``) into the ``<kind>_preprocessor``'s
         statistics: each agent's own in a batched group, all rows into one otherwise."""
-        update_preprocessor(getattr(self, f"{kind}_preprocessor"), x, mask, agent_dim=agent_dim)
+        preprocessor = getattr(self, f"{kind}_preprocessor")
+        if isinstance(preprocessor, StackedPreprocessor):
+            preprocessor.update(x, mask, agent_dim=agent_dim)
+        else:
+            update_statistics(preprocessor, x, mask)
 
     def parameters(self, *roles: str) -> list[torch.nn.Parameter]:
         """The parameters of the models of ``roles`` (all roles when none), each once; of a batched group the
@@ -134,6 +139,21 @@ class AgentGroup:
         roles = roles or tuple(self.models)
         models = [m for r in roles for m in self.agent_models[r]] if self.batched else [self.models[r] for r in roles]
         return list({id(m): m for m in models}.values())
+
+    def checkpoint_entries(self, modules: dict[str, Any]) -> dict[str, Any]:
+        """``modules`` (name -> module) as the group's agents save them: a batched group's models are each agent's
+        own, its optimisers (or their :class:`~skrl_marl_ext.checkpoint.OptimizerCheckpoint`) each agent's part, its
+        stacked preprocessors each agent's own; lists hold one entry per agent, in ``uids`` order."""
+        entries = dict(modules)
+        if self.batched:
+            entries.update(self.agent_models)
+        for name, module in entries.items():
+            if isinstance(module, StackedPreprocessor):
+                entries[name] = module.modules
+            elif self.batched and isinstance(module, (torch.optim.Optimizer, OptimizerCheckpoint)):
+                optimizer = getattr(module, "optimizer", module)
+                entries[name] = [AgentOptimizerView(optimizer, i) for i in range(self.size)]
+        return entries
 
     def stack(self, tensors: dict[str, torch.Tensor] | None, out: torch.Tensor | None = None) -> torch.Tensor | None:
         """The agents' tensors stacked ``(G, N, size)``, zeros for agents absent from the dict.
@@ -222,7 +242,7 @@ def batch_groups(
     """Merge agents with models of their own (groups of one) into batched groups where they can run as one batch.
 
     Agents batch when, role by role, their models have the same class and parameter and buffer shapes
-    (:func:`~skrl_marl_ext.agents.batched.stack_signature`; lazy parameters not yet initialised do not stack), a model
+    (:func:`~skrl_marl_ext.groups.stacked.stack_signature`; lazy parameters not yet initialised do not stack), a model
     serves one role only, and their spaces and
     per-agent config fields agree. A batched group takes the place of its first agent; the order is otherwise kept.
 
@@ -248,31 +268,3 @@ def batch_groups(
             result.append(("batch", key))
         keys[key].append(uid)
     return [(keys[item[1]], len(keys[item[1]]) > 1) if item[0] == "batch" else item for item in result]
-
-
-def stack_agents(
-    tensors: dict[str, torch.Tensor] | None, uids: Sequence[str], out: torch.Tensor | None = None
-) -> torch.Tensor | None:
-    """Stack the agents' tensors into ``(G, num_envs, size)``, zeros for agents absent from the dict.
-
-    :param tensors: ``{agent: (num_envs, size)}``; may lack agents (they are zero-filled) or be None.
-    :param out: Preallocated ``(G, num_envs, size)`` destination (dtype converted when it differs).
-    :return: The stacked tensor (``out`` when given), or None when no agent of ``uids`` is present.
-    """
-    items = [tensors.get(uid) if tensors else None for uid in uids]
-    if out is None:
-        like = next((x for x in items if x is not None), None)
-        if like is None:
-            return None
-        if len(items) == 1:
-            return like.unsqueeze(0)
-        items = [x if x is not None else torch.zeros_like(like) for x in items]
-        return torch.stack(items)
-    if all(x is not None and x.dtype == out.dtype for x in items):
-        return torch.stack(items, out=out)
-    for i, x in enumerate(items):
-        if x is None:
-            out[i].zero_()
-        else:
-            out[i].copy_(x.reshape(out[i].shape))
-    return out

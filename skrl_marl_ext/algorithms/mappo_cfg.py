@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
-from skrl_marl_ext.agents.config import MarlCfg, check_choice, check_range
+from skrl_marl_ext.config import MarlCfg, check_choice, check_range
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -203,3 +203,13 @@ class OnPolicyCfg(MarlCfg):
         if self.rewards_shaper is not None and not callable(self.rewards_shaper):
             raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")
         return True
+
+
+@dataclasses.dataclass(kw_only=True)
+class MAPPO_CFG(OnPolicyCfg):
+    """Configuration of :class:`MAPPO` (the fields of :class:`OnPolicyCfg`)."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class IPPO_CFG(OnPolicyCfg):
+    """Configuration of :class:`IPPO` (the fields of :class:`OnPolicyCfg`)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from skrl_marl_ext.agents.rollout import mini_batch_indexes
+from skrl_marl_ext.storage.rollout import mini_batch_indexes
 
 RESET_KEY = "rnn_reset"
 """Rollout entry: whether the hidden state was reset after the step (episode end or masked agent), ``(G, 1)``."""
