@@ -1,21 +1,17 @@
-"""The grouped multi-agent base under MAPPO, IPPO and MADDPG: skrl's ``MultiAgent`` lifecycle shared by all three.
+"""The base under MAPPO, IPPO and MADDPG: what every algorithm does the same way, on skrl's ``MultiAgent``.
 
-:class:`GroupedMultiAgent` holds what does not depend on the algorithm:
+:class:`GroupedMultiAgent` holds no lifecycle of its own (each algorithm defines ``act``, ``record_transition``,
+``post_interaction`` and ``update`` in its file) but the pieces they share:
 
 - construction: the config (built from a dict or dataclass, validated), the constructor's arguments checked with the
-  fix named, the agents grouped by shared models (:mod:`skrl_marl_ext.groups`), the grad scaler;
+  fix named, the groups (:mod:`skrl_marl_ext.groups`) formed when the algorithm asks, the grad scaler;
 - rank gating: only rank 0 of a distributed run writes TensorBoard data and checkpoints;
-- infos: agent masks, action masks (with the refusal of a policy that would ignore them), final observations;
-- outputs: a group's stacked actions and outputs split per agent, deterministic actions for evaluation;
-- checkpoints: registration of each group's modules per agent, strict and safe loading;
-- progress: the training steps completed, saved as the checkpoint module ``progress``; the trainer's ``timestep`` and
-  ``timesteps`` are shifted by the steps a loaded checkpoint had completed, at the public entry points, so a resumed
-  run continues its schedules, checkpoint numbering and TensorBoard steps;
+- infos: agent masks and action masks (with the refusal of a policy that would ignore them);
+- outputs: a group's stacked actions and outputs split per agent;
+- checkpoints: registration of each group's modules per agent, strict and safe loading, and ``progress`` (the steps
+  completed): the trainer's ``timestep``/``timesteps`` are shifted by it at the public entry points (:meth:`_shift`),
+  so a resumed run continues its schedules, checkpoint numbering and TensorBoard steps;
 - the optimiser step: scaled backward, gradient all-reduce over ranks, unscale and clip, scaler step.
-
-The algorithms (:mod:`~skrl_marl_ext.algorithms.mappo`, :mod:`~skrl_marl_ext.algorithms.maddpg`) add what differs:
-their group set-up, acting, storage (:mod:`~skrl_marl_ext.storage.rollout`, :mod:`~skrl_marl_ext.storage.replay`)
-and losses (:mod:`skrl_marl_ext.functional`).
 """
 
 from __future__ import annotations

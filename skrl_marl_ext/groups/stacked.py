@@ -1,4 +1,4 @@
-"""Agents with models of their own, run as one batch (``torch.func``).
+"""Agents with models of their own, run as one batch (``torch.func``): the one module that reaches into torch.
 
 ``G`` agents whose models have the same class and the same parameter and buffer shapes form a *batched group*: each
 model role is one :class:`StackedModel`, whose parameters are the ``G`` agents' parameters stacked into ``(G, ...)``
@@ -19,7 +19,11 @@ unchanged.
 
 Also here: the per-agent statistics of stacked preprocessors (:class:`StackedPreprocessor`), gradient-norm clipping per
 agent slice (:func:`clip_grad_norm_per_agent_`), the per-agent view of a stacked optimiser's state for checkpoints
-(:class:`AgentOptimizerView`), and the rule of which models stack (:func:`stack_signature`).
+(:class:`AgentOptimizerView`), the rule of which models stack (:func:`stack_signature`), and the fused Adam that steps
+transposed weights (:func:`make_adam`). What this module does beyond torch's public API, so that a torch upgrade is
+its concern alone: it rebinds the ``.data`` of the models' parameters to slices of the stack, swaps ``_parameters`` /
+``_buffers`` entries for one call (:meth:`StackedModules.call_with`), answers a model's ``compute`` on the instance
+for its mixin's ``act``, and overrides ``torch.optim.Adam._init_group`` (:class:`Adam`).
 """
 
 from __future__ import annotations
