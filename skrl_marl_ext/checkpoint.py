@@ -343,12 +343,10 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
     """
     owner = f"{type(agent).__name__}.load"
     modules = check_layout(read_checkpoint(path, map_location=agent.device, owner=owner), path, owner=owner)
-    expected = list(agent.possible_agents)
     skrl_format = _check_modules(agent, modules, path, owner=owner)
-
     # one entry per module object: a module several agents share here is loaded once
     entries: dict[tuple[str, int], tuple[Any, list[str]]] = {}
-    for uid in expected:
+    for uid in agent.possible_agents:
         for name in modules[uid]:
             module = agent.checkpoint_modules[uid][name]
             entries.setdefault((name, id(module)), (module, []))[1].append(uid)
