@@ -444,30 +444,6 @@ class MADDPG(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ acting
 
-    def _noise_scale(self, timestep: int, timesteps: int) -> float:
-        """The noise factor at ``timestep``: linear from the initial to the final scale over ``exploration_timesteps``
-        (None: a third of the run's ``timesteps``), the final scale after."""
-        initial, final, steps = (
-            self.cfg.exploration_initial_scale,
-            self.cfg.exploration_final_scale,
-            self.cfg.exploration_timesteps,
-        )
-        if steps is None:
-            steps = max(1, (timesteps or 0) // 3)
-        return initial + (final - initial) * min(max(timestep, 0) / steps, 1.0)
-
-    def _random_actions(self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if group.discrete:
-            if mask is None:
-                return torch.randint(group.num_actions, (rows, 1), device=self.device)
-            # uniform among the allowed actions
-            zeros = torch.zeros(rows, group.num_actions, device=self.device)
-            return gumbel_max_actions(logits=zeros, mask=mask)
-        low, high = group.low, group.high
-        if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
-            return torch.randn(rows, low.numel(), device=self.device)
-        return low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
-
     def act(
         self,
         observations: dict[str, torch.Tensor],
@@ -502,6 +478,30 @@ class MADDPG(GroupedMultiAgent):
         if not self.training:  # acting was deterministic: the same tensors
             outputs[MEAN_ACTIONS_KEY] = dict(actions)
         return actions, outputs
+
+    def _noise_scale(self, timestep: int, timesteps: int) -> float:
+        """The noise factor at ``timestep``: linear from the initial to the final scale over ``exploration_timesteps``
+        (None: a third of the run's ``timesteps``), the final scale after."""
+        initial, final, steps = (
+            self.cfg.exploration_initial_scale,
+            self.cfg.exploration_final_scale,
+            self.cfg.exploration_timesteps,
+        )
+        if steps is None:
+            steps = max(1, (timesteps or 0) // 3)
+        return initial + (final - initial) * min(max(timestep, 0) / steps, 1.0)
+
+    def _random_actions(self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if group.discrete:
+            if mask is None:
+                return torch.randint(group.num_actions, (rows, 1), device=self.device)
+            # uniform among the allowed actions
+            zeros = torch.zeros(rows, group.num_actions, device=self.device)
+            return gumbel_max_actions(logits=zeros, mask=mask)
+        low, high = group.low, group.high
+        if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+            return torch.randn(rows, low.numel(), device=self.device)
+        return low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
 
     def _act_group(
         self, group: MADDPGGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
