@@ -58,9 +58,9 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     )
 
 
-def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=False):
+def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=False, critic_state_space=None):
     """Per-agent (or shared) policy, target policy, critic and target critic (and with ``twin`` the second critic and
-    its target); critics sized for the joint action."""
+    its target); critics sized for the joint action and the env's state (or ``critic_state_space``)."""
     joint = joint or joint_action_space(env.action_spaces, env.possible_agents)
 
     def build(uid):
@@ -72,7 +72,7 @@ def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=Fals
             )
 
         def critic():
-            return QMLP(state_space=env.state_space(uid), action_space=joint, hidden_sizes=hidden)
+            return QMLP(state_space=critic_state_space or env.state_space(uid), action_space=joint, hidden_sizes=hidden)
 
         models = {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
         if twin:

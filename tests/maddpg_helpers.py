@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import gymnasium
 import torch
-from helpers import QUIET, spread
+from helpers import QUIET, make_maddpg_models, spread
 from skrl.memories.torch import RandomMemory
 from skrl.models.torch import CategoricalMixin, Model
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils.spaces.torch import flatten_tensorized_space
 
-from skrl_marl_ext import MADDPG, joint_action_space
-from skrl_marl_ext.models import QMLP, CategoricalMLP, DeterministicMLP
+from skrl_marl_ext import MADDPG
 from skrl_marl_ext.trainers import mean_episode_return
 
 NEVER = 10**9
@@ -19,32 +18,13 @@ NEVER = 10**9
 
 
 def make_models(env, *, shared=False, hidden=(32, 32), env_states=True, twin=False):
-    joint = joint_action_space(env.action_spaces, env.possible_agents)
-
-    def build(uid):
-        if env_states:
-            state_space = env.state_space(uid)
-        else:
-            size = sum(env.observation_space(u).shape[0] for u in env.possible_agents)
-            state_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
-        space = env.action_space(uid)
-        policy_cls = CategoricalMLP if isinstance(space, gymnasium.spaces.Discrete) else DeterministicMLP
-
-        def policy():
-            return policy_cls(observation_space=env.observation_space(uid), action_space=space, hidden_sizes=hidden)
-
-        def critic():
-            return QMLP(state_space=state_space, action_space=joint, hidden_sizes=hidden)
-
-        models = {"policy": policy(), "target_policy": policy(), "critic": critic(), "target_critic": critic()}
-        if twin:
-            models.update(critic_2=critic(), target_critic_2=critic())
-        return models
-
-    if shared:
-        models = build(env.possible_agents[0])
-        return {uid: models for uid in env.possible_agents}
-    return {uid: build(uid) for uid in env.possible_agents}
+    """MADDPG's models (:func:`helpers.make_maddpg_models`); without ``env_states`` the critics read every agent's
+    observation concatenated."""
+    state_space = None
+    if not env_states:
+        size = sum(env.observation_space(u).shape[0] for u in env.possible_agents)
+        state_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
+    return make_maddpg_models(env, shared=shared, hidden=hidden, twin=twin, critic_state_space=state_space)
 
 
 def make_memories(env, size=64):
