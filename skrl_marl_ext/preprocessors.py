@@ -35,6 +35,10 @@ class ValueNorm(nn.Module):
     ) -> None:
         """Running normalisation of value targets with debiased exponential moments.
 
+        The paper's update rule with ``per_element_update=False`` (what its MAPPO builds), in float64. By design the
+        agents fold in a rollout's unmasked returns once, before the epochs, where the paper's code folds in every
+        mini-batch's returns (masked rows included) inside the loss (``docs/value_normalization.md``).
+
         :param size: Size of the last dimension of the values (1 for scalar values).
         :param beta: Decay of the running moments (the paper's 0.99999 averages almost uniformly over updates).
         :param epsilon: Lower bound of the debiasing term.

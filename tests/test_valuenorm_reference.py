@@ -18,6 +18,7 @@ from torch import nn
 
 from skrl_marl_ext import ValueNorm
 from skrl_marl_ext.algorithms import mappo as on_policy
+from skrl_marl_ext.functional import value_loss
 
 
 class ReferenceValueNorm(nn.Module):
@@ -204,7 +205,7 @@ class Spy:
 def drive_and_record(monkeypatch, *, shared: bool, mini_batches: int, updates: int = 2):
     """MAPPO with ValueNorm, value clipping and the time-limit bootstrap on a spread env with agent masks and short
     episodes; returns, per update, the raw stored critic outputs, the GAE arguments/results and the loss arguments."""
-    env = spread(num_envs=4, episode_length=3, agent_masks=True)
+    env = spread(num_envs=4, episode_length=3, agent_masks=True, seed=0)
     rollouts, epochs = 6, 2
     cfg = {
         "rollouts": rollouts,
@@ -318,3 +319,36 @@ def test_updating_once_per_rollout_against_the_papers_update_per_mini_batch(monk
     else:
         assert differences[0] > 1e-3
     assert differences[1] > 1e-3
+
+
+# ---------------------------------------------------------------- the value loss
+
+
+def reference_huber_loss(e, d):
+    """``huber_loss`` of ``onpolicy/utils/util.py`` (the one ``r_mappo.py`` imports)."""
+    a = (abs(e) <= d).float()
+    b = (abs(e) > d).float()
+    return a * e**2 / 2 + b * d * (abs(e) - d / 2)
+
+
+def reference_mse_loss(e):
+    """``mse_loss`` of ``onpolicy/utils/util.py``."""
+    return e**2 / 2
+
+
+@pytest.mark.parametrize("huber_delta", [0.0, 10.0, 0.5])
+def test_our_value_loss_is_twice_the_papers_cal_value_loss(huber_delta):
+    """``cal_value_loss`` (``onpolicy/algorithms/r_mappo/r_mappo.py``) element-wise, with clipping, before its mean:
+    ours is the same max of clipped and unclipped errors with the same anchor, scaled by 2 (our squared error is
+    ``e ** 2`` and our Huber ``e ** 2`` inside ``delta``), i.e. the paper's ``value_loss_coef`` is our
+    ``value_loss_scale / 2``."""
+    generator = torch.Generator().manual_seed(4)
+    values, anchor, targets = (torch.randn(256, 1, generator=generator) * 2.0 for _ in range(3))
+    clip = 0.2
+    clipped = anchor + (values - anchor).clamp(-clip, clip)
+    loss = (lambda e: reference_huber_loss(e, huber_delta)) if huber_delta > 0 else reference_mse_loss
+    theirs = torch.max(loss(targets - values), loss(targets - clipped))
+    ours = value_loss(
+        predicted_values=values, old_values=anchor, returns=targets, value_clip=clip, huber_delta=huber_delta
+    )
+    close(ours, 2.0 * theirs)
