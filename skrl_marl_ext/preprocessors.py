@@ -35,6 +35,10 @@ class ValueNorm(nn.Module):
     ) -> None:
         """Running normalisation of value targets with debiased exponential moments.
 
+        The paper's update rule with ``per_element_update=False`` (what its MAPPO builds), in float64. By design the
+        agents fold in a rollout's unmasked returns once, before the epochs, where the paper's code folds in every
+        mini-batch's returns (masked rows included) inside the loss (``docs/value_normalization.md``).
+
         :param size: Size of the last dimension of the values (1 for scalar values).
         :param beta: Decay of the running moments (the paper's 0.99999 averages almost uniformly over updates).
         :param epsilon: Lower bound of the debiasing term.
@@ -157,9 +161,12 @@ def fold_sums_(statistics: Any, total: torch.Tensor, total_sq: torch.Tensor, cou
     stacked buffers of ``G`` of them, with counts shaped ``(G, 1)``), in place."""
     count = count.unsqueeze(-1) if count.dim() else count  # (G,) -> (G, 1) against (G, size)
     if hasattr(statistics, "debiasing_term"):  # ValueNorm: exponential moments
-        beta, count = statistics.beta, count.clamp(min=1.0)
+        # a batch with no unmasked row (an agent absent for a whole rollout) is no data: it must not decay the moments
+        beta = torch.where(count > 0, torch.full_like(count, statistics.beta), torch.ones_like(count))
+        count = count.clamp(min=1.0)
         statistics.running_mean.mul_(beta).add_(total / count * (1.0 - beta))
         statistics.running_mean_sq.mul_(beta).add_(total_sq / count * (1.0 - beta))
+        beta = beta.reshape(statistics.debiasing_term.shape)
         statistics.debiasing_term.mul_(beta).add_(1.0 - beta)
         return
     mean = total / count.clamp(min=1.0)
