@@ -40,9 +40,8 @@ class MADDPG_CFG(MarlCfg):
 
     gradient_steps: int = 2
     """Gradient steps per environment step (each draws a fresh batch). One value for all agents. 2: with many parallel
-    envs one step of all of them is many transitions; on VMAS balance (128 envs, 1M frames, seed 0) 2 steps reached
-    43.0 where 1 step reached 31.2 with the rest of this config (BENCHMARKS.md, "MADDPG defaults"). BenchMARL takes
-    about 21 samples per collected frame (1000 steps of 128 per 6000 frames); 2 x 1024 per 128-env step is 16."""
+    envs one step of all of them is many transitions, and one gradient step per env step learned markedly slower in
+    the MADDPG defaults study (BENCHMARKS.md, "MADDPG defaults")."""
 
     batch_size: int = 1024
     """Number of joint transitions per gradient step: the same (step, env) rows of every agent's memory.
@@ -108,10 +107,9 @@ class MADDPG_CFG(MarlCfg):
 
     exploration_final_scale: float = 0.1
     """Factor on the noise at ``exploration_timesteps`` and after; the factor moves linearly in between. 0.1: explore
-    widely first, then act near the policy (the returns a run reports are those of its noisy actions). Measured on
-    VMAS with twin critics, 1M frames (BENCHMARKS.md, "Learning study"): ending at 0.3 (std 0.09) balance gave 42.37
-    (6 seeds) and navigation 4.08, ending at 0.1 (std 0.03) balance 45.74 (6 seeds) and navigation 4.07 (3 seeds; skrl
-    MAPPO 42.93 and 3.72); BenchMARL anneals its noise to 0.01."""
+    widely first, then act near the policy (the returns a run reports are those of its noisy actions); it did at
+    least as well as 0.3 in the learning study (BENCHMARKS.md, "Learning study"). BenchMARL anneals its noise to
+    0.01."""
 
     exploration_timesteps: int | None = None
     """Timesteps over which the noise factor goes from the initial to the final scale; None: the first third of the
@@ -136,9 +134,8 @@ class MADDPG_CFG(MarlCfg):
     """Weight of the mean square of a continuous policy's output before its ``tanh``
     (``outputs["pre_tanh_actions"]``, :data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`) added to the actor loss
     (per agent). The MADDPG paper's code adds it with weight 1e-3; it keeps the policy off the flat ends of the
-    ``tanh``, where the critic's gradient no longer moves it (VMAS navigation, 1M frames, seed 0, replay of 1M
-    transitions: 2.99 without, 3.45 with; over 3 seeds with that replay navigation 2.99 against 2.10 and balance 38.4
-    against 42.5 for the defaults, so it is not on by default; BENCHMARKS.md "MADDPG defaults"). 0 (default): none.
+    ``tanh``, where the critic's gradient no longer moves it. It helped navigation with a large replay but cost
+    balance (BENCHMARKS.md, "MADDPG defaults"), so it is off by default. 0 (default): none.
     None: 1e-3 for policies that give the output (:class:`~skrl_marl_ext.models.DeterministicMLP` does), none for
     those that do not (a warning says so). A weight > 0 for a policy that does not give the output is refused at
     construction."""
