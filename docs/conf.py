@@ -24,6 +24,7 @@ myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3  # [text](page.md#a-heading) links resolve
 
 autodoc_member_order = "bysource"
+autoclass_content = "both"  # skrl's style: many classes are described in their __init__ docstring
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": True}
 

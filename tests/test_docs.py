@@ -13,6 +13,7 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "docs" / "_ext"))
 
+from helpers import one_thread  # noqa: E402, F401  (one_thread: autouse)
 from marl_tables import config_rows, option_rows, subcommands  # noqa: E402
 
 from skrl_marl_ext import IPPO_CFG, MADDPG_CFG, MAPPO_CFG  # noqa: E402
@@ -76,3 +77,15 @@ def test_readme_defaults_table_matches_the_library_and_the_cli():
     for name, ours, theirs in rows:
         assert _cell(ours) == library[name], name
         assert _cell(theirs) == cli[name], name
+
+
+def test_readme_quickstart_runs(tmp_path, monkeypatch):
+    """The README's script, shortened to one rollout and its update."""
+    readme = (REPO / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", readme, flags=re.DOTALL).group(1)
+    assert '"timesteps": 3000' in code
+    code = code.replace('"timesteps": 3000', '"timesteps": 32, "disable_progressbar": True')
+    monkeypatch.chdir(tmp_path)  # skrl's default experiment directory is ./runs
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["agent"].experiment_dir.startswith(str(tmp_path))
