@@ -19,6 +19,7 @@ version = release
 extensions = ["myst_parser", "sphinx.ext.autodoc", "marl_directives"]
 
 source_suffix = {".md": "markdown"}
+smartquotes = False  # "--config" must stay two hyphens in the generated CLI tables
 exclude_patterns = ["_build", "_ext"]
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3  # [text](page.md#a-heading) links resolve
