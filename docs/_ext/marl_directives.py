@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 
 from docutils import nodes
 from docutils.statemachine import StringList
@@ -60,7 +61,10 @@ class ConfigTable(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         cls = _import(self.arguments[0])
-        self.env.note_dependency(__file__)
+        for klass in cls.__mro__:  # an edited field docstring rebuilds the page
+            source = inspect.getsourcefile(klass) if klass.__module__ != "builtins" else None
+            if source:
+                self.env.note_dependency(source)
         result = [_table(self, ["field", "default", "meaning"], self._rows(cls), [22, 14, 64])]
         for field in dataclasses.fields(cls):
             if field.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(field.default_factory):
@@ -76,8 +80,10 @@ class CliOptions(SphinxDirective):
     required_arguments = 1
 
     def run(self) -> list[nodes.Node]:
+        from skrl_marl_ext.cli import parser as parser_module
         from skrl_marl_ext.cli.parser import make_parser
 
+        self.env.note_dependency(parser_module.__file__)
         parser = subcommands(make_parser())[self.arguments[0]]
         usage = " ".join(parser.format_usage().split()).removeprefix("usage: ")
         rows = [
