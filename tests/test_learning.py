@@ -18,7 +18,7 @@ LEARNING_CFG = {
     "learning_rate": 3e-3,
     "experiment": QUIET,
 }
-THRESHOLD = -17.0  # documented in README.md ("Learning results")
+THRESHOLD = -17.0  # documented in docs/results.md
 
 
 def evaluate(agent, env, steps=100):

@@ -1,0 +1,34 @@
+"""Sphinx configuration of the skrl-marl-ext docs: MyST Markdown pages, autodoc API, generated reference tables."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "_ext"))
+sys.path.insert(0, os.path.dirname(HERE))  # the package, when it is not installed
+
+import skrl_marl_ext  # noqa: E402
+
+project = "skrl-marl-ext"
+author = "skrl-marl-ext contributors"
+release = skrl_marl_ext.__version__
+version = release
+
+extensions = ["myst_parser", "sphinx.ext.autodoc", "marl_directives"]
+
+source_suffix = {".md": "markdown"}
+smartquotes = False  # "--config" must stay two hyphens in the generated CLI tables
+exclude_patterns = ["_build", "_ext"]
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_heading_anchors = 3  # [text](page.md#a-heading) links resolve
+
+autodoc_member_order = "bysource"
+autoclass_content = "both"  # skrl's style: many classes are described in their __init__ docstring
+autodoc_typehints = "description"
+autodoc_default_options = {"members": True, "show-inheritance": True}
+
+html_theme = "alabaster"
+html_title = f"skrl-marl-ext {release}"
+html_static_path = []
