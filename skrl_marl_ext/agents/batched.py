@@ -19,7 +19,8 @@ unchanged.
 
 Also here: the per-agent statistics of stacked preprocessors (:class:`StackedPreprocessor`), gradient-norm clipping per
 agent slice (:func:`clip_grad_norm_per_agent_`), the per-agent view of a stacked optimiser's state for checkpoints
-(:class:`AgentOptimizerView`), and the rule of which models stack (:func:`stack_signature`).
+(:class:`AgentOptimizerView`), the rule of which models stack (:func:`stack_signature`) and of when they do by default
+(:func:`batch_by_default`).
 """
 
 from __future__ import annotations
@@ -182,7 +183,11 @@ def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
         supported = [d for d in supported if d != "cpu"]  # pragma: no cover - old torch: no CPU kernel
     fused = all(p.device.type in supported and p.dtype.is_floating_point for p in tensors)
     # torch's own Adam unless a parameter is stored transposed (a batched group's linear weights, see _stack)
-    cls = Adam if any(p.dim() >= 2 and not p.is_contiguous() for p in tensors) else torch.optim.Adam
+    cls = (
+        Adam
+        if any(not nn.parameter.is_lazy(p) and p.dim() >= 2 and not p.is_contiguous() for p in tensors)
+        else torch.optim.Adam
+    )
     return cls(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
 
 
@@ -256,6 +261,42 @@ def act_together(
             else:
                 base.compute = own
     return results
+
+
+CPU_MIN_AGENTS = 4
+"""``batch_agent_models="auto"`` on a CPU: the fewest agents alike (see :func:`batch_by_default`) that batch."""
+CPU_MAX_WIDTH = 128
+"""``batch_agent_models="auto"`` on a CPU: the widest layer (output features of a weight) that batches."""
+
+
+def batch_by_default(models: dict[str, dict[str, nn.Module]], uid: str, *, roles: Sequence[str], device: Any) -> bool:
+    """The rule of ``batch_agent_models="auto"`` for agent ``uid`` (with models of its own): batched off the CPU; on a
+    CPU only where at least :data:`CPU_MIN_AGENTS` agents have models alike (class and parameter shapes, role by role)
+    and none of their layers is wider than :data:`CPU_MAX_WIDTH` (on a CPU the stacked call saves per-call overhead,
+    which few agents or wide layers do not repay: its large fresh activations cost more there).
+
+    :param models: Every agent's models by role (as handed to the agent).
+    :param uid: The agent asking.
+    :param roles: The model roles (``"policy"``, ``"value"``).
+    :param device: The agent's device.
+    """
+    if torch.device(device).type != "cpu":
+        return True
+
+    def shapes(of: str) -> tuple | None:
+        params = [list(models[of][r].parameters()) for r in roles]
+        if any(nn.parameter.is_lazy(p) for ps in params for p in ps):
+            return None  # not initialised: cannot be stacked (see stack_signature)
+        return tuple(
+            (type(models[of][r]), tuple(tuple(p.shape) for p in ps)) for r, ps in zip(roles, params, strict=True)
+        )
+
+    own = shapes(uid)
+    if own is None:
+        return False
+    alike = {id(models[u][roles[0]]) for u in models if shapes(u) == own}
+    widest = max((p.shape[0] for r in roles for p in models[uid][r].parameters() if p.dim() >= 2), default=0)
+    return len(alike) >= CPU_MIN_AGENTS and widest <= CPU_MAX_WIDTH
 
 
 STACKABLE_PREPROCESSORS = (ValueNorm,)
