@@ -3,8 +3,9 @@
 Runs on the null env (``skrl_marl_ext.envs.null``: a few tensor operations per step), so what is measured is the
 agents: acting, storing and the PPO updates (amortised over the rollout), in ms per env step. skrl 2.1.1 loops over
 the agents in Python with one optimiser each, so its cost grows linearly with the number of agents; a shared model
-runs all agents as one batch, and so do per-agent models by default (``ours-per-agent``: their parameters stacked, one
-``torch.func`` call per role); ``ours-per-agent-loop`` (``batch_agent_models=False``) calls them one after another. Per agent count the variants run interleaved (A B C A B C ...), the table gives
+runs all agents as one batch; per-agent models (``ours-per-agent``) run at the default ``batch_agent_models="auto"``
+(batched, their parameters stacked and one ``torch.func`` call per role, off the CPU and for many narrow models on it);
+``ours-per-agent-loop`` (``batch_agent_models=False``) calls them one after another. Per agent count the variants run interleaved (A B C A B C ...), the table gives
 medians and the ratio skrl / ours (how many times faster ours is).
 
 The compute floor is the models' floating-point work per env step (:func:`bench_common.flops_per_env_step`, a

@@ -60,12 +60,32 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--minibatches", type=int, default=4, help="mini-batches per epoch")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (pin cores with taskset)")
     parser.add_argument("--no-env-alone", action="store_true", help="skip the env-alone reference row")
+    parser.add_argument(
+        "--batch-agent-models",
+        default="default",
+        help="ours only: comma-separated settings of cfg.batch_agent_models to run interleaved, each a row "
+        "(default: the cfg's default; or true, false, auto)",
+    )
     args = parser.parse_args(argv)
     args.algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     unknown = [a for a in args.algos if a not in ALGOS]
     if unknown:
         parser.error(f"unknown --algos {unknown}; choose from {', '.join(ALGOS)}")
     args.hidden = tuple(int(h) for h in args.hidden.split(","))
+    settings = {"default": None, "true": True, "false": False, "auto": "auto"}
+    args.batch_agent_models = [b.strip().lower() for b in args.batch_agent_models.split(",") if b.strip()]
+    unknown = [b for b in args.batch_agent_models if b not in settings]
+    if unknown:
+        parser.error(f"unknown --batch-agent-models {unknown}; choose from {', '.join(settings)}")
+    args.runs = [
+        (
+            algo if not algo.startswith("ours") or b == "default" else f"{algo} (batch_agent_models={settings[b]})",
+            algo,
+            None if b == "default" else {"batch_agent_models": settings[b]},
+        )
+        for algo in args.algos
+        for b in (args.batch_agent_models if algo.startswith("ours") else ["default"])
+    ]
     return args
 
 
@@ -81,31 +101,31 @@ def main(argv=None) -> int:
         activation=args.activation,
     )
     timesteps = round_up(args.timesteps, args.rollouts)
-    results: dict[str, list[float]] = {algo: [] for algo in args.algos}
+    results: dict[str, list[float]] = {name: [] for name, _, _ in args.runs}
     env_alone: list[float] = []
     for repeat in range(args.repeats):
-        for algo in args.algos:
+        for name, algo, ours_cfg in args.runs:
             env = make_env(args.env, num_envs=args.num_envs, agents=args.agents, device=args.device, seed=repeat)
             shared = args.shared and algo.startswith("ours")
-            agent = make_agent(algo, env, shared=shared, cfg=cfg, device=args.device, seed=repeat)
+            agent = make_agent(algo, env, shared=shared, cfg=cfg, device=args.device, seed=repeat, ours_cfg=ours_cfg)
             fps = train_frames_per_second(agent, env, timesteps=timesteps, warmup=args.rollouts)
-            results[algo].append(fps)
-            print(f"# repeat {repeat} {algo}: {fps:.0f} frames/s", file=sys.stderr)
+            results[name].append(fps)
+            print(f"# repeat {repeat} {name}: {fps:.0f} frames/s", file=sys.stderr)
         if not args.no_env_alone:
             env = make_env(args.env, num_envs=args.num_envs, agents=args.agents, device=args.device, seed=repeat)
             env_alone.append(env_frames_per_second(env, timesteps=timesteps))
 
     num_agents = len(env.possible_agents)
     rows = []
-    for algo in args.algos:
+    for name, algo, _ in args.runs:
         base = BASELINE.get(algo)
         ratio = "-"
         if base in results:
             # ratio of the medians, and the spread of the per-repeat (paired) ratios
-            pairs = [a / b for a, b in zip(results[algo], results[base], strict=True)]
-            ratio = f"{median(results[algo]) / median(results[base]):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
+            pairs = [a / b for a, b in zip(results[name], results[base], strict=True)]
+            ratio = f"{median(results[name]) / median(results[base]):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
         models = "shared" if args.shared and algo.startswith("ours") else "per-agent"
-        rows.append([algo, models, f"{median(results[algo]):.0f}", f"{min(results[algo]):.0f}", ratio])
+        rows.append([name, models, f"{median(results[name]):.0f}", f"{min(results[name]):.0f}", ratio])
     if env_alone:
         rows.append(["env alone (random actions)", "-", f"{median(env_alone):.0f}", f"{min(env_alone):.0f}", "-"])
     print(

@@ -6,9 +6,10 @@ from __future__ import annotations
 import copy
 
 import gymnasium
+import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, make_agent, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
+from helpers import QUIET, drive, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
 from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
@@ -20,6 +21,13 @@ from skrl_marl_ext.groups.stacked import AgentOptimizerView, StackedModules, cli
 from skrl_marl_ext.models import QMLP, GaussianMLP
 
 ROLLOUTS = 6
+
+
+def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs):
+    """:func:`helpers.make_agent` with ``batch_agent_models=True`` unless ``cfg`` says otherwise: this file tests the
+    batched path, which ``"auto"`` leaves for the loop on a CPU with few agents."""
+    cfg = {"batch_agent_models": True, **(cfg or {})}
+    return helpers.make_agent(env, algo, shared=shared, cfg=cfg, models=models, **kwargs)
 
 
 def in_order(samples, mini_batches, *, device, shuffle=True):
@@ -253,6 +261,31 @@ def test_which_agents_batch():
     assert [g.batched for g in make_agent(env, cfg={"kl_threshold": 0.1}).groups] == [False] * 4
     shared = make_agent(env, models=make_models(env, shared=True))
     assert [(g.size, g.batched) for g in shared.groups] == [(4, False)]
+
+
+def test_auto_batches_on_a_cpu_where_many_narrow_agents_are_alike():
+    """``batch_agent_models="auto"`` (the default) on a CPU: one batched group for 4 agents with narrow models, the
+    loop for 3 such agents or for 4 with a layer wider than 128 units; True and False force either way."""
+    four, three = make_spread_env(num_envs=2, num_agents=4), make_spread_env(num_envs=2, num_agents=3)
+
+    def layout(env, hidden=(32, 32), **cfg):
+        agent = helpers.make_agent(env, cfg=cfg, models=make_models(env, hidden=hidden))
+        return [(g.size, g.batched) for g in agent.groups]
+
+    assert layout(four) == [(4, True)]
+    assert layout(three) == [(1, False)] * 3
+    assert layout(four, hidden=(32, 129)) == [(1, False)] * 4
+    assert layout(four, hidden=(128,)) == [(4, True)]
+    assert layout(three, batch_agent_models=True) == [(3, True)]
+    assert layout(four, hidden=(256,), batch_agent_models=True) == [(4, True)]
+    assert layout(four, batch_agent_models=False) == [(1, False)] * 4
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_batch_agent_models_refuses_other_values(value):
+    env = make_spread_env(num_envs=2, num_agents=3)
+    with pytest.raises(ValueError, match=r"MAPPO: cfg\.batch_agent_models must be True, False or 'auto'"):
+        helpers.make_agent(env, cfg={"batch_agent_models": value})
 
 
 def test_mixed_precision_trains_batched():

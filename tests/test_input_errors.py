@@ -104,8 +104,8 @@ def build(algo, env, group="batched", cfg=None):
     """An agent whose agents form one batched group (per-agent models), one shared-model group, or groups of one
     (``batch_agent_models=False``)."""
     cfg = {"experiment": QUIET, **(cfg or {})}
-    if group == "one-by-one":
-        cfg["batch_agent_models"] = False
+    if group != "shared":
+        cfg["batch_agent_models"] = group == "batched"
     if algo == "maddpg":
         cfg.setdefault("batch_size", 8)
         cfg.setdefault("learning_starts", 2)

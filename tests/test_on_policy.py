@@ -490,6 +490,7 @@ def _recorded_mini_batches(monkeypatch, order, *, algo="mappo", epochs=2):
     monkeypatch.setattr(on_policy.TrainingData, "batch", spy)
     env = spread(num_envs=4)
     cfg = {"rollouts": 8, "learning_epochs": epochs, "mini_batches": 4, "mini_batch_order": order}
+    cfg["batch_agent_models"] = True  # one group, so one sample order per mini-batch
     drive(make_agent(env, algo, cfg=cfg), env, 8)
     assert len(seen) == epochs * 4
     return [seen[e * 4 : (e + 1) * 4] for e in range(epochs)]

@@ -45,7 +45,7 @@ from skrl_marl_ext.functional import (
     ppo_loss,
 )
 from skrl_marl_ext.groups import AgentGroup
-from skrl_marl_ext.groups.stacked import make_adam, stackable_preprocessor
+from skrl_marl_ext.groups.stacked import batch_by_default, make_adam, stackable_preprocessor
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
     AGENT_MASK_KEY,
@@ -193,14 +193,18 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._next_hidden: dict[int, dict[str, Any]] = {}
 
     def _batchable(self, uid: str) -> bool:
-        """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off, a preprocessor's statistics
-        cannot be stacked, the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``), or a model is
-        recurrent (``torch.vmap`` has no batching rule for ``aten::gru``/``aten::lstm``)."""
+        """Agents with models of their own batch where ``cfg.batch_agent_models`` is True, or ``"auto"`` and
+        :func:`~skrl_marl_ext.groups.stacked.batch_by_default` says so, unless a preprocessor's statistics cannot be
+        stacked, the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``), or a model is recurrent
+        (``torch.vmap`` has no batching rule for ``aten::gru``/``aten::lstm``)."""
         cfg = self.cfg
         preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
         scheduler = cfg.value_for("learning_rate_scheduler", uid)
+        wanted = cfg.batch_agent_models
+        if wanted == "auto":
+            wanted = batch_by_default(self.models, uid, roles=self.roles, device=self.device)
         return (
-            cfg.batch_agent_models
+            wanted is True
             and all(stackable_preprocessor(cfg.value_for(name, uid)) for name in preprocessors)
             and not (isinstance(scheduler, type) and issubclass(scheduler, KLAdaptiveLR))
             and not cfg.value_for("kl_threshold", uid)

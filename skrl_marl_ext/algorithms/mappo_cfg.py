@@ -149,17 +149,21 @@ class OnPolicyCfg(MarlCfg):
     preprocessed observations, and to the states the critic reads. Size the models with
     :func:`skrl_marl_ext.models.agent_id_space`. Has no effect on agents with their own models."""
 
-    batch_agent_models: bool = True
+    batch_agent_models: bool | str = "auto"
     """*New.* Run agents that have models of their own as one batch (``torch.func``: their parameters stacked, one
     vmapped call per model role, the policy and value of a step in one, one optimiser step) instead of one agent
     after the other, as skrl does. Each agent keeps its own loss, statistics, gradient clipping and checkpoint
     entries, so training is the per-agent loop's (to float rounding; the mini-batches of one update share their
     sample order). Agents batch where, role by role, their models have the same class and parameter shapes and a
-    model serves one role, their spaces and per-agent config agree, the preprocessors are skrl's ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or
-    none), and neither ``KLAdaptiveLR`` nor ``kl_threshold`` adapts the update to each agent's own KL (those keep the
-    per-agent loop). Gradients then reach the stacked tensors, not the models' own parameters (hooks registered on
-    those see none). Off: the per-agent loop, which can be faster for a few agents with large models on a CPU (VMAS
-    balance, 3 agents, 2x256, 6400-row mini-batches: batched ran at 0.75-0.9x the loop, BENCHMARKS.md (3))."""
+    model serves one role, their spaces and per-agent config agree, the preprocessors are skrl's
+    ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or none), and neither ``KLAdaptiveLR`` nor
+    ``kl_threshold`` adapts the update to each agent's own KL (those keep the per-agent loop). Gradients then reach the
+    stacked tensors, not the models' own parameters (hooks registered on those see none).
+
+    ``"auto"``: batched on a GPU; on a CPU only where at least 4 agents have models alike and no layer is wider than
+    128 units (:func:`~skrl_marl_ext.groups.stacked.batch_by_default`). Batching saves per-call overhead, which
+    dominates on a GPU and for many small models, but on a CPU its large fresh activation tensors cost more than a few
+    agents' or wide layers' calls save. True or False force batching or the per-agent loop."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
@@ -198,8 +202,10 @@ class OnPolicyCfg(MarlCfg):
         for name in ("grad_norm_clip", "value_clip", "kl_threshold", "huber_delta", "value_loss_scale"):
             check_range(owner, name, getattr(self, name), low=0.0)
         check_range(owner, "entropy_loss_scale", self.entropy_loss_scale)
-        if not isinstance(self.batch_agent_models, bool):
-            raise ValueError(f"{owner}: cfg.batch_agent_models must be True or False, got {self.batch_agent_models!r}")
+        if not (isinstance(self.batch_agent_models, bool) or self.batch_agent_models == "auto"):
+            raise ValueError(
+                f"{owner}: cfg.batch_agent_models must be True, False or 'auto', got {self.batch_agent_models!r}"
+            )
         if self.rewards_shaper is not None and not callable(self.rewards_shaper):
             raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")
         return True

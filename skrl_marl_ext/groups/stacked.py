@@ -19,8 +19,8 @@ unchanged.
 
 Also here: the per-agent statistics of stacked preprocessors (:class:`StackedPreprocessor`), gradient-norm clipping per
 agent slice (:func:`clip_grad_norm_per_agent_`), the per-agent view of a stacked optimiser's state for checkpoints
-(:class:`AgentOptimizerView`), the rule of which models stack (:func:`stack_signature`), and the fused Adam that steps
-transposed weights (:func:`make_adam`). What this module does beyond torch's public API, so that a torch upgrade is
+(:class:`AgentOptimizerView`), the rule of which models stack (:func:`stack_signature`) and of when they do by default
+(:func:`batch_by_default`), and the fused Adam that steps transposed weights (:func:`make_adam`). What this module does beyond torch's public API, so that a torch upgrade is
 its concern alone: it rebinds the ``.data`` of the models' parameters to slices of the stack, swaps ``_parameters`` /
 ``_buffers`` entries for one call (:meth:`StackedModules.call_with`), answers a model's ``compute`` on the instance
 for its mixin's ``act``, and overrides ``torch.optim.Adam._init_group`` (:class:`Adam`).
@@ -262,6 +262,42 @@ def act_together(
             else:
                 base.compute = own
     return results
+
+
+CPU_MIN_AGENTS = 4
+"""``batch_agent_models="auto"`` on a CPU: the fewest agents alike (see :func:`batch_by_default`) that batch."""
+CPU_MAX_WIDTH = 128
+"""``batch_agent_models="auto"`` on a CPU: the widest layer (output features of a weight) that batches."""
+
+
+def batch_by_default(models: dict[str, dict[str, nn.Module]], uid: str, *, roles: Sequence[str], device: Any) -> bool:
+    """The rule of ``batch_agent_models="auto"`` for agent ``uid`` (with models of its own): batched off the CPU; on a
+    CPU only where at least :data:`CPU_MIN_AGENTS` agents have models alike (class and parameter shapes, role by role)
+    and none of their layers is wider than :data:`CPU_MAX_WIDTH` (on a CPU the stacked call saves per-call overhead,
+    which few agents or wide layers do not repay: its large fresh activations cost more there).
+
+    :param models: Every agent's models by role (as handed to the agent).
+    :param uid: The agent asking.
+    :param roles: The model roles (``"policy"``, ``"value"``).
+    :param device: The agent's device.
+    """
+    if torch.device(device).type != "cpu":
+        return True
+
+    def shapes(of: str) -> tuple | None:
+        params = [list(models[of][r].parameters()) for r in roles]
+        if any(nn.parameter.is_lazy(p) for ps in params for p in ps):
+            return None  # not initialised: cannot be stacked (see stack_signature)
+        return tuple(
+            (type(models[of][r]), tuple(tuple(p.shape) for p in ps)) for r, ps in zip(roles, params, strict=True)
+        )
+
+    own = shapes(uid)
+    if own is None:
+        return False
+    alike = {id(models[u][roles[0]]) for u in models if shapes(u) == own}
+    widest = max((p.shape[0] for r in roles for p in models[uid][r].parameters() if p.dim() >= 2), default=0)
+    return len(alike) >= CPU_MIN_AGENTS and widest <= CPU_MAX_WIDTH
 
 
 STACKABLE_PREPROCESSORS = (ValueNorm,)
