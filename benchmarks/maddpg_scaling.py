@@ -17,7 +17,7 @@ builds by default); without it each agent has one critic.
 
 :func:`make_maddpg` builds the env and agent (``benchmarks/op_count.py --algo maddpg`` counts its ops).
 
-Example (the table in BENCHMARKS.md; add ``--loop`` or ``--shared`` for the other layouts)::
+Example (the table in docs/results/agent_scaling.md; add ``--loop`` or ``--shared`` for the other layouts)::
 
     python benchmarks/maddpg_scaling.py --agents 4,16,64 --num-envs 64 --timesteps 200 --threads 1
 """

@@ -4,7 +4,7 @@ A leak shows as growth of the resident set size (RSS) or of the agent's tracking
 The first update allocates the rollout buffers and the optimiser state, so growth is measured from the end of the
 first tenth of the run to its end. TensorBoard writing is on (``write_interval``) so the tracking path is exercised.
 
-Example (the figures in BENCHMARKS.md)::
+Example (the figures in docs/results/soak.md)::
 
     python benchmarks/soak.py --algo mappo --num-agents 16 --num-envs 1024 --frames 1000000
 """

@@ -169,8 +169,8 @@ class MADDPG(GroupedMultiAgent):
         ``cfg.smooth_regularization_noise`` and ``cfg.policy_delay``): the critic target takes the smaller of the
         two target critics' values, both critics regress to it (their losses summed, one optimiser and one gradient
         clip over both, as skrl's TD3 with its ``critic_1``/``critic_2``) and the actor follows the first critic.
-        Recommended (one critic overestimates, see BENCHMARKS.md); ``skrl-marl train --algo maddpg`` builds both by
-        default.
+        Recommended (one critic overestimates, see docs/results/maddpg_defaults.md); ``skrl-marl train --algo
+        maddpg`` builds both by default.
     :param memories: ``{agent: Memory}``, one distinct skrl memory per agent (e.g. ``RandomMemory``), all with
         ``num_envs=env.num_envs``.
     :param observation_spaces: ``{agent: space}``.

@@ -41,7 +41,7 @@ class MADDPG_CFG(MarlCfg):
     gradient_steps: int = 2
     """Gradient steps per environment step (each draws a fresh batch). One value for all agents. 2: with many parallel
     envs one step of all of them is many transitions, and one gradient step per env step learned markedly slower in
-    the MADDPG defaults study (BENCHMARKS.md, "MADDPG defaults")."""
+    the MADDPG defaults study (docs/results/maddpg_defaults.md)."""
 
     batch_size: int = 1024
     """Number of joint transitions per gradient step: the same (step, env) rows of every agent's memory.
@@ -108,7 +108,7 @@ class MADDPG_CFG(MarlCfg):
     exploration_final_scale: float = 0.1
     """Factor on the noise at ``exploration_timesteps`` and after; the factor moves linearly in between. 0.1: explore
     widely first, then act near the policy (the returns a run reports are those of its noisy actions); it did at
-    least as well as 0.3 in the learning study (BENCHMARKS.md, "Learning study"). BenchMARL anneals its noise to
+    least as well as 0.3 in the learning study (docs/results/learning.md). BenchMARL anneals its noise to
     0.01."""
 
     exploration_timesteps: int | None = None
@@ -135,7 +135,7 @@ class MADDPG_CFG(MarlCfg):
     (``outputs["pre_tanh_actions"]``, :data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`) added to the actor loss
     (per agent). The MADDPG paper's code adds it with weight 1e-3; it keeps the policy off the flat ends of the
     ``tanh``, where the critic's gradient no longer moves it. It helped navigation with a large replay but cost
-    balance (BENCHMARKS.md, "MADDPG defaults"), so it is off by default. 0 (default): none.
+    balance (docs/results/maddpg_defaults.md), so it is off by default. 0 (default): none.
     None: 1e-3 for policies that give the output (:class:`~skrl_marl_ext.models.DeterministicMLP` does), none for
     those that do not (a warning says so). A weight > 0 for a policy that does not give the output is refused at
     construction."""
