@@ -339,3 +339,68 @@ def test_checkpoint_round_trip_and_resume_continue_the_same_orders(tmp_path):
     other = _resume(tmp_path / "no_seed.pt", extra, seed=7)
     assert other.progress.order_seed == 7
     assert not torch.equal(_all_params(other), uninterrupted)
+
+
+def test_recurrent_models_mixed_precision_and_masks_train(monkeypatch):
+    """The core's features under the sequential update: recurrent policies (the ratio re-evaluated on whole
+    sequences), mixed precision, ValueNorm, agent masks; the later agents' advantages are weighted, and finite."""
+    from test_recurrent import rnn_models
+
+    torch.manual_seed(0)
+    env = spread(num_envs=4, num_agents=2, seed=0, continuous=True)
+    cfg = {"rollouts": 8, "learning_epochs": 2, "mini_batches": 2, "mixed_precision": True, "update_order": "fixed"}
+    agent = make_happo(env, {**cfg, "value_preprocessor": ValueNorm}, rnn_models(env, length=4))
+    spy = Spy(monkeypatch)
+    before = _all_params(agent)
+
+    def infos_fn(t, infos):
+        mask = torch.ones(4, 1, dtype=torch.bool)
+        mask[t % 4] = t % 3 != 0
+        infos["agent_mask"] = {"agent_0": mask}
+        return infos
+
+    drive(agent, env, 16, infos_fn=infos_fn)
+    after = _all_params(agent)
+    assert torch.isfinite(after).all() and not torch.equal(before, after)
+    # per update: agent_0's 4 mini-batches with M = 1, then agent_1's with M from agent_0's recurrent policy
+    assert len(spy.calls) == 16
+    for update in (0, 8):
+        first, second = spy.calls[update : update + 4], spy.calls[update + 4 : update + 8]
+        assert all(torch.isfinite(call["advantages"]).all() for call in first + second)
+        assert first[0]["mask"] is not None and second[0].get("mask") is None
+    # with the same rollout and M = 1 the second agent's advantages are standardised (mean 0 over the rollout);
+    # weighted by M they are not
+    second = torch.cat([call["advantages"].view(-1) for call in spy.calls[12:16]])
+    assert abs(float(second.mean())) > 1e-4
+
+
+def _distributed_worker(rank, port, out_dir):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(100 + rank)  # another seed per rank: the order's seed must come from rank 0
+        env = spread(num_envs=4, num_agents=3, seed=10 + rank)
+        agent = make_happo(env, {"rollouts": 8, "learning_epochs": 1, "mini_batches": 2})
+        _train(env, agent, 32)
+        result = {"params": _all_params(agent), "seed": agent.progress.order_seed}
+        torch.save(result, os.path.join(out_dir, f"result{rank}.pt"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_gloo_ranks_draw_the_same_orders(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_distributed_worker, args=(port, str(tmp_path)), nprocs=2, join=True)
+    results = [torch.load(tmp_path / f"result{rank}.pt") for rank in range(2)]
+    assert results[0]["seed"] == results[1]["seed"] == 100
+    assert torch.equal(results[0]["params"], results[1]["params"])
