@@ -115,7 +115,7 @@ class Variant:
     builder: str
     """Key of :data:`BUILDERS`."""
     algo: str
-    """``mappo``, ``ippo`` or ``maddpg``: the default config of ``skrl-marl train`` it starts from."""
+    """``mappo``, ``ippo``, ``happo`` or ``maddpg``: the default config of ``skrl-marl train`` it starts from."""
     impl: str = "ours"
     """``ours`` (skrl_marl_ext) or ``skrl`` (skrl's built-in agent)."""
     overrides: tuple[tuple[str, Any], ...] = ()
@@ -138,6 +138,7 @@ ONE_CRITIC = (("models.critic_2", REMOVE), *NOISE_009)
 VARIANTS: dict[str, Variant] = {
     "skrl-mappo": Variant("on_policy", "mappo", impl="skrl", note="skrl's MAPPO, critic reads states"),
     "mappo": Variant("on_policy", "mappo", note="skrl_marl_ext.MAPPO"),
+    "happo": Variant("on_policy", "happo", note="skrl_marl_ext.HAPPO, a random order each update"),
     "mappo-paper": Variant(
         "on_policy",
         "mappo",
@@ -350,7 +351,8 @@ def build_on_policy(env, *, variant: Variant, seed: int, timesteps: int, directo
     torch.manual_seed(seed)
     device = env.device
     uids = env.possible_agents
-    models = make_models(env, critic_input="states" if variant.algo == "mappo" else "observations", device=device)
+    critic_input = "states" if variant.algo in ("mappo", "happo") else "observations"
+    models = make_models(env, critic_input=critic_input, device=device)
 
     cfg = agent_config(variant)
     spaces = {"observation": env.observation_spaces, "state": env.state_spaces}
@@ -390,9 +392,9 @@ def build_on_policy(env, *, variant: Variant, seed: int, timesteps: int, directo
         }
         agent = cls(cfg=cfg_cls(**cfg, experiment=ExperimentCfg(**experiment)), memories=memories, **common)
     else:
-        from skrl_marl_ext import IPPO, MAPPO
+        from skrl_marl_ext import HAPPO, IPPO, MAPPO
 
-        cls = MAPPO if variant.algo == "mappo" else IPPO
+        cls = {"mappo": MAPPO, "ippo": IPPO, "happo": HAPPO}[variant.algo]
         agent = cls(cfg={**cfg, "experiment": experiment}, **common)
     trainer_cfg = {"timesteps": timesteps, "headless": True, "disable_progressbar": True}
     return SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg)

@@ -1,4 +1,4 @@
-"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, MADDPG) for skrl 2.x, drop-in for skrl's trainers.
+"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, HAPPO, MADDPG) for skrl 2.x, drop-in for skrl's trainers.
 
 The names below are imported on first use, so ``import skrl_marl_ext`` does not import skrl: ``python -m
 skrl_marl_ext`` under ``torchrun`` must create the process group before skrl's import-time setup runs (skrl calls
@@ -14,6 +14,8 @@ __version__ = "0.2.0"
 
 _EXPORTS = {
     "AGENT_MASK_KEY": "skrl_marl_ext.keys",
+    "HAPPO": "skrl_marl_ext.algorithms",
+    "HAPPO_CFG": "skrl_marl_ext.algorithms",
     "IPPO": "skrl_marl_ext.algorithms",
     "IPPO_CFG": "skrl_marl_ext.algorithms",
     "MADDPG": "skrl_marl_ext.algorithms.maddpg",  # a missing MADDPG fails on its own, not with the other agents
@@ -28,6 +30,8 @@ _EXPORTS = {
 
 __all__ = [
     "AGENT_MASK_KEY",
+    "HAPPO",
+    "HAPPO_CFG",
     "IPPO",
     "IPPO_CFG",
     "MADDPG",
@@ -41,7 +45,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from skrl_marl_ext.algorithms import IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
+    from skrl_marl_ext.algorithms import HAPPO, HAPPO_CFG, IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
     from skrl_marl_ext.export import export_for_skrl
     from skrl_marl_ext.keys import AGENT_MASK_KEY
     from skrl_marl_ext.models.maddpg_models import joint_action_space

@@ -50,6 +50,18 @@ def broadcast_state(module: torch.nn.Module, *, src: int = 0) -> None:
                     tensor.data.copy_(dense)
 
 
+def broadcast_int(value: int, *, device: torch.device | str, src: int = 0) -> int:
+    """Rank ``src``'s ``value`` (an int64) on every rank; ``value`` itself when not distributed.
+
+    :param device: Where the collective runs (the rank's CUDA device under NCCL).
+    """
+    if not is_distributed():
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.broadcast(tensor, src=src)
+    return int(tensor.item())
+
+
 def all_reduce_mean_(tensor: torch.Tensor) -> torch.Tensor:
     """Average ``tensor`` over all ranks, in place; a no-op when not distributed."""
     if is_distributed():

@@ -1,4 +1,4 @@
-"""skrl's YAML ``Runner``, resolving ``agent: class: MAPPO|IPPO|MADDPG`` to this package's agents.
+"""skrl's YAML ``Runner``, resolving ``agent: class: MAPPO|IPPO|HAPPO|MADDPG`` to this package's agents.
 
 skrl's :class:`skrl.utils.runner.torch.Runner` maps class names to classes through a hard-coded table, so a YAML
 file written for skrl (an Isaac Lab ``skrl_mappo_cfg.yaml``, say, 1.x key names included) always builds skrl's own
@@ -39,7 +39,7 @@ from skrl.envs.wrappers.torch import MultiAgentEnvWrapper
 from skrl.utils.runner.torch import Runner as SkrlRunner
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.algorithms import IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
+from skrl_marl_ext.algorithms import HAPPO, HAPPO_CFG, IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
 from skrl_marl_ext.models import (
     QMLP,
     CategoricalMLP,
@@ -53,7 +53,7 @@ from skrl_marl_ext.models import (
 )
 from skrl_marl_ext.preprocessors import ValueNorm
 
-ALGORITHM_NAMES = ("mappo", "ippo", "maddpg")
+ALGORITHM_NAMES = ("mappo", "ippo", "maddpg", "happo")
 """Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
 
 CRITIC_ROLES = ("critic", "target_critic", "critic_2", "target_critic_2")
@@ -70,6 +70,8 @@ def load_algorithm(name: str) -> tuple[type, type]:
         return MAPPO, MAPPO_CFG
     if key == "ippo":
         return IPPO, IPPO_CFG
+    if key == "happo":
+        return HAPPO, HAPPO_CFG
     if key == "maddpg":
         try:
             from skrl_marl_ext import MADDPG, MADDPG_CFG
@@ -144,7 +146,7 @@ _MODELS = {
 
 class Runner(SkrlRunner):
     def __init__(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], *, verbose: bool = False) -> None:
-        """skrl's Runner with ``MAPPO``/``IPPO``/``MADDPG`` resolved to :mod:`skrl_marl_ext` (see the module docstring).
+        """skrl's Runner with ``MAPPO``/``IPPO``/``HAPPO``/``MADDPG`` resolved to :mod:`skrl_marl_ext` (see the module docstring).
 
         :param env: A skrl multi-agent env wrapper.
         :param cfg: The configuration, as :meth:`load_cfg_from_yaml` reads it.
@@ -252,6 +254,8 @@ class Runner(SkrlRunner):
         return models
 
     def _generate_agent(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], models: dict[str, dict[str, Any]]):
+        if self._algorithm == "happo":
+            return self._generate_happo(env, cfg, models)
         if self._algorithm != "maddpg":
             return super()._generate_agent(env, cfg, models)
         memory_cfg = cfg.get("memory") or {}
@@ -283,6 +287,28 @@ class Runner(SkrlRunner):
             action_spaces=env.action_spaces,
             device=env.device,
             cfg=agent_cfg,
+        )
+
+    def _generate_happo(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], models: dict[str, dict[str, Any]]):
+        """HAPPO as skrl's Runner builds MAPPO (skrl's table has no HAPPO): memories of ``rollouts`` rows when
+        ``memory_size`` is -1; the agent sizes the preprocessors from its spaces."""
+        memory_cfg = dict(cfg.get("memory") or {"class": "RandomMemory", "memory_size": -1})
+        if memory_cfg.get("memory_size", -1) < 0:
+            memory_cfg["memory_size"] = cfg["agent"].get("rollouts", HAPPO_CFG.rollouts)
+        memory_class = self._component(memory_cfg["class"])
+        memories = {
+            uid: memory_class(num_envs=env.num_envs, device=env.device, **self._process_cfg(memory_cfg))
+            for uid in env.possible_agents
+        }
+        return HAPPO(
+            possible_agents=env.possible_agents,
+            models=models,
+            memories=memories,
+            observation_spaces=env.observation_spaces,
+            state_spaces=env.state_spaces,
+            action_spaces=env.action_spaces,
+            device=env.device,
+            cfg=self._process_cfg(cfg["agent"]),
         )
 
 

@@ -292,7 +292,7 @@ def test_train_rnn_builds_recurrent_models_and_eval_reloads_them(tmp_path, capsy
     assert cli.main(argv) == 2
     assert "must divide agent.rollouts" in capsys.readouterr().err
     assert cli.main([*argv[:-4], "--algo", "maddpg", "--out", str(tmp_path)]) == 2
-    assert "--rnn works with mappo and ippo" in capsys.readouterr().err
+    assert "--rnn works with mappo, ippo and happo" in capsys.readouterr().err
 
 
 def test_resume_continues_a_run_from_its_newest_checkpoint(tmp_path, capsys):

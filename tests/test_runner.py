@@ -224,7 +224,7 @@ def test_runner_errors_name_the_fix():
 
 
 def test_every_yaml_names_our_agent():
-    for folder, names in ((EXAMPLES, ("mappo", "ippo", "maddpg")), (CONFIGS, ("mappo", "ippo", "maddpg"))):
+    for folder, names in ((EXAMPLES, ("mappo", "ippo", "maddpg")), (CONFIGS, ("mappo", "ippo", "maddpg", "happo"))):
         for name in names:
             cfg = Runner.load_cfg_from_yaml(os.path.join(folder, f"{name}.yaml"))
             assert cfg["agent"]["class"].lower() == name

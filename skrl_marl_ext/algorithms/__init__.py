@@ -1,8 +1,11 @@
 """The algorithms, one file per family, each in skrl's lifecycle order (``__init__``, ``init``, ``act``,
 ``record_transition``, ``post_interaction``, ``update``): :mod:`~skrl_marl_ext.algorithms.mappo` (MAPPO and IPPO)
-and :mod:`~skrl_marl_ext.algorithms.maddpg`, their configs beside them (``*_cfg``), on the base in
+with :mod:`~skrl_marl_ext.algorithms.happo` (HAPPO, on MAPPO's core) and :mod:`~skrl_marl_ext.algorithms.maddpg`,
+their configs beside them (``*_cfg``), on the base in
 :mod:`~skrl_marl_ext.algorithms.base` (config, checks, masks, checkpoints, tracking, the optimiser step)."""
 
+from skrl_marl_ext.algorithms.happo import HAPPO as HAPPO
+from skrl_marl_ext.algorithms.happo_cfg import HAPPO_CFG as HAPPO_CFG
 from skrl_marl_ext.algorithms.maddpg import MADDPG as MADDPG
 from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG as MADDPG_CFG
 from skrl_marl_ext.algorithms.mappo import IPPO as IPPO

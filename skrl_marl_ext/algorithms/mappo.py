@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium
@@ -526,8 +526,7 @@ class OnPolicyAgent(GroupedMultiAgent):
                 start = time.perf_counter()
                 self._check_finite(self.groups)
                 self.enable_models_training_mode(True)
-                for group in self.groups:
-                    self._update_group(group)
+                self._update_groups()
                 self.enable_models_training_mode(False)
                 self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
                 if self.cfg.non_finite == "skip":
@@ -694,17 +693,28 @@ class OnPolicyAgent(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ update
 
-    def _update_group(self, group: OnPolicyGroup) -> None:
-        """Bootstrap and GAE -> value and input statistics -> epochs of mini-batches -> tracking."""
+    def _update_groups(self) -> None:
+        """Update every group at the end of a rollout (each group's update reads only its own rollout)."""
+        for group in self.groups:
+            self._update_group(group)
+
+    def _update_group(self, group: OnPolicyGroup, advantage_scale: torch.Tensor | None = None) -> TrainingData | None:
+        """Bootstrap and GAE -> value and input statistics -> epochs of mini-batches -> tracking.
+
+        :param advantage_scale: ``(T * N, 1)`` per-sample weights of the standardised advantages (the rollout's
+            samples in :meth:`RolloutBuffer.flat` order, the same for every agent of the group), or None.
+        :return: The data the epochs trained on (None when the group has no rollout).
+        """
         if group.rollout is None:
-            return
+            return None
         mask = group.rollout.tensors["agent_mask"]
         values, advantages, returns = self._advantages(group)
         explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
         returns = self._update_statistics(group, returns, mask)
-        data = self._training_data(group, advantages, returns)
+        data = self._training_data(group, advantages, returns, advantage_scale)
         sums, updates = self._epochs(group, data)
         self._track_update(group, sums, updates, explained)
+        return data
 
     def _check_finite(self, groups: list[OnPolicyGroup]) -> None:
         """NaN/inf in the rollout: an error naming the agent, the tensor and the step (default), or, with
@@ -802,8 +812,15 @@ class OnPolicyAgent(GroupedMultiAgent):
             group.update_statistics("state", raw, finite, agent_dim=1)
         return returns
 
-    def _training_data(self, group: OnPolicyGroup, advantages: torch.Tensor, returns: torch.Tensor) -> TrainingData:
-        """The rollout per agent ``(G, T * N, width)``, inputs preprocessed once with the refreshed statistics."""
+    def _training_data(
+        self,
+        group: OnPolicyGroup,
+        advantages: torch.Tensor,
+        returns: torch.Tensor,
+        advantage_scale: torch.Tensor | None = None,
+    ) -> TrainingData:
+        """The rollout per agent ``(G, T * N, width)``, inputs preprocessed once with the refreshed statistics;
+        the advantages times ``advantage_scale`` ``(T * N, 1)`` when given."""
         b = group.rollout
         per_agent = b.flat
         G, TN = group.size, b.rollouts * b.num_envs
@@ -822,6 +839,8 @@ class OnPolicyAgent(GroupedMultiAgent):
             "returns": returns.transpose(0, 1).reshape(G, TN, 1),
             "advantages": advantages.transpose(0, 1).reshape(G, TN, 1),
         }
+        if advantage_scale is not None:
+            floats["advantages"] = floats["advantages"] * advantage_scale
         flags = {}
         if group.recurrent is not None:  # recurrent: each step's stored hidden states, resets, truncations
             names = [name for name in b.tensors if name.startswith("rnn_") and name != RESET_KEY]
@@ -848,21 +867,12 @@ class OnPolicyAgent(GroupedMultiAgent):
         """
         sums = torch.zeros(6, group.size, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
         updates = 0
-        b = group.rollout
-        sequences = None
-        if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
-            sequences = sequence_indexes(b.rollouts, b.num_envs, group.recurrent.sequence_length, device=self.device)
         shuffle = group.cfg.mini_batch_order == "shuffled"
         amp = self.scaler.is_enabled()
         for _ in range(group.cfg.learning_epochs):
             epoch_kl, stop, epoch_start = [], False, updates
             steps_before = optimizer_steps(group.optimizer) if amp and group.scheduler is not None else 0
-            if sequences is None:
-                samples = b.rollouts * b.num_envs
-                batches = mini_batch_indexes(samples, group.mini_batches, device=self.device, shuffle=shuffle)
-            else:
-                batches = sequence_mini_batch_indexes(sequences, group.mini_batches, shuffle=shuffle)
-            for indexes in batches:
+            for indexes in self._mini_batch_indexes(group, shuffle=shuffle):
                 kl = self._mini_batch_step(group, data.batch(indexes), sums)
                 if kl is None:
                     stop = True
@@ -881,16 +891,20 @@ class OnPolicyAgent(GroupedMultiAgent):
                 break
         return sums, updates
 
-    def _mini_batch_step(self, group: OnPolicyGroup, batch: dict, sums: torch.Tensor) -> torch.Tensor | None:
-        """One loss and one optimiser step on a mini-batch ``(G, B, ...)``; adds its per-agent statistics to
-        ``sums``.
+    def _mini_batch_indexes(self, group: OnPolicyGroup, *, shuffle: bool) -> Iterator[torch.Tensor]:
+        """One epoch's mini-batches of sample indexes (of whole sequences for recurrent models)."""
+        b = group.rollout
+        if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
+            sequences = sequence_indexes(b.rollouts, b.num_envs, group.recurrent.sequence_length, device=self.device)
+            return sequence_mini_batch_indexes(sequences, group.mini_batches, shuffle=shuffle)
+        return mini_batch_indexes(b.rollouts * b.num_envs, group.mini_batches, device=self.device, shuffle=shuffle)
 
-        :return: The mini-batch's KL over the group, or None when it exceeded ``cfg.kl_threshold``.
-        """
-        cfg, G = group.cfg, group.size
-        B, m = batch["log_prob"].shape[1], batch["mask"]
-        # model rows (G * B, width), contiguous: models may .view() their inputs; one state expanded to every agent
-        # of a batched group stays a view (each agent's slice is contiguous)
+    def _batch_inputs(self, group: OnPolicyGroup, batch: dict) -> tuple[dict, dict]:
+        """The policy's inputs (with the taken actions) and the value's of a mini-batch ``(G, B, ...)``, as model
+        rows ``(G * B, width)``: contiguous (models may .view() their inputs), a state expanded to every agent of a
+        batched group kept a view (each agent's slice is contiguous)."""
+        G = group.size
+        B = batch["log_prob"].shape[1]
         obs = batch["observations"].reshape(G * B, -1).contiguous()
         states = batch["states"]
         if states is not None and not (group.batched and states.stride(0) == 0):
@@ -903,6 +917,17 @@ class OnPolicyAgent(GroupedMultiAgent):
         if group.recurrent is not None:  # recurrent
             policy_inputs.update(group.recurrent.batch_inputs(batch, "policy"))
             value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
+        return policy_inputs, value_inputs
+
+    def _mini_batch_step(self, group: OnPolicyGroup, batch: dict, sums: torch.Tensor) -> torch.Tensor | None:
+        """One loss and one optimiser step on a mini-batch ``(G, B, ...)``; adds its per-agent statistics to
+        ``sums``.
+
+        :return: The mini-batch's KL over the group, or None when it exceeded ``cfg.kl_threshold``.
+        """
+        cfg, G = group.cfg, group.size
+        B, m = batch["log_prob"].shape[1], batch["mask"]
+        policy_inputs, value_inputs = self._batch_inputs(group, batch)
         with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
             # both networks before the loss (one vmapped call for a batched group); the value's output is unused when
             # the KL stops the epoch (the loop only: a batched group has no kl_threshold)

@@ -41,8 +41,8 @@ def build_runner(env, cfg: dict[str, Any]):
     from skrl_marl_ext.runner import Runner
 
     algo = str(cfg["agent"].get("class", "")).lower()
-    if algo == "mappo" and any(space is None for space in env.state_spaces.values()):
-        raise UsageError("MAPPO needs a global state and this env has none: use --algo ippo")
+    if algo in ("mappo", "happo") and any(space is None for space in env.state_spaces.values()):
+        raise UsageError(f"{algo.upper()} needs a global state and this env has none: use --algo ippo")
     try:
         return Runner(env, cfg)
     except (ValueError, KeyError) as e:

@@ -210,8 +210,8 @@ def _recurrent_models(cfg: dict[str, Any], cell: str, sequence_length: int) -> N
     """``--rnn``: the policy and value models become :class:`~skrl_marl_ext.models.GaussianRNN` /
     ``CategoricalRNN`` and ``ValueRNN`` with ``cell``, keeping their sections' other keys (head sizes, activation)."""
     algo = str(cfg["agent"].get("class", "")).lower()
-    if algo not in ("mappo", "ippo"):
-        raise UsageError(f"--rnn works with mappo and ippo, not {algo}")
+    if algo not in ("mappo", "ippo", "happo"):
+        raise UsageError(f"--rnn works with mappo, ippo and happo, not {algo}")
     rollouts = int(cfg["agent"].get("rollouts", 16))
     if sequence_length < 1 or rollouts % sequence_length:
         raise UsageError(

@@ -47,7 +47,7 @@ def _add_train_parser(commands) -> None:
 def _add_task_options(t: argparse.ArgumentParser) -> None:
     """What ``train`` trains on: algorithm, env and its arguments, envs per batch, steps."""
     t.add_argument(
-        "--algo", default=None, help="mappo, ippo or maddpg (default: the --config's agent.class, else mappo)"
+        "--algo", default=None, help="mappo, ippo, happo or maddpg (default: the --config's agent.class, else mappo)"
     )
     t.add_argument(
         "--env",
@@ -106,7 +106,7 @@ def _add_model_options(t: argparse.ArgumentParser) -> None:
         "--rnn",
         choices=("gru", "lstm"),
         default=None,
-        help="recurrent policy and value models (MAPPO/IPPO): a GRU or LSTM then one head layer; the run's sequences "
+        help="recurrent policy and value models (MAPPO/IPPO/HAPPO): a GRU or LSTM then one head layer; the run's sequences "
         "are --sequence-length steps (default: off, MLP models)",
     )
     t.add_argument(

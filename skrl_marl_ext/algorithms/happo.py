@@ -1,0 +1,166 @@
+"""HAPPO: heterogeneous-agent PPO, the agents updated one after another (Kuba et al., "Trust Region Policy
+Optimisation in Multi-Agent Reinforcement Learning", ICLR 2022, https://arxiv.org/abs/2109.11251; HARL, Zhong et al.,
+JMLR 2024, https://github.com/PKU-MARL/HARL).
+
+Everything but the order of the update is MAPPO's (:mod:`~skrl_marl_ext.algorithms.mappo`): acting, the rollout, the
+centralised critic, bootstrap and GAE, the statistics, the epochs of mini-batches and the critic's loss. At the end
+of a rollout HAPPO draws an order of the agents and updates them one after another::
+
+    M = 1                                            # per sample (step, env) of the rollout
+    for agent i_m in the order:
+        A = GAE advantages of i_m, standardised      # as MAPPO
+        PPO epochs of i_m on   min(r A M, clip(r) A M) + value loss,   r = pi_new / pi_old of i_m
+        M = M * pi_new / pi_old of i_m               # after its epochs, no gradient; 1 where i_m was masked
+
+``pi_old`` is the behaviour policy's log-probability stored with the rollout (the denominator of the loss's own
+ratio); HARL re-evaluates it just before the agent's update, which is the same number unless the input statistics
+were refreshed by this rollout (then ours also carries that refresh, which the agent's clip already bounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from skrl.memories.torch import Memory
+from skrl.models.torch import Model
+
+from skrl_marl_ext import distributed
+from skrl_marl_ext.algorithms.base import Progress
+from skrl_marl_ext.algorithms.happo_cfg import HAPPO_CFG
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent, OnPolicyGroup, TrainingData
+
+
+@dataclasses.dataclass
+class HAPPOProgress(Progress):
+    """HAPPO's checkpoint module ``progress``: the steps completed, and what the order of the next update is drawn
+    from (so a resumed run draws the orders the uninterrupted one would)."""
+
+    order_seed: int = 0
+    """Seed of the update orders, taken from rank 0 at construction."""
+    updates: int = 0
+    """Updates done: update ``k``'s order is a function of ``(order_seed, k)``."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take the saved counts; a file without an order seed keeps this agent's."""
+        seed = self.order_seed
+        super().load_state_dict(state)
+        if "order_seed" not in state:
+            self.order_seed = seed
+
+
+def update_order(*, seed: int, update: int, size: int) -> list[int]:
+    """The random order of update ``update``: a permutation of ``range(size)`` drawn by a ``torch.Generator`` seeded
+    from ``(seed, update)`` (mixed by numpy's ``SeedSequence``, so nearby seeds give unrelated sequences of orders)."""
+    mixed = int(np.random.SeedSequence([seed, update]).generate_state(1, np.uint64)[0])
+    generator = torch.Generator().manual_seed(mixed)
+    return torch.randperm(size, generator=generator).tolist()
+
+
+class HAPPO(OnPolicyAgent):
+    """Heterogeneous-Agent Proximal Policy Optimization: MAPPO whose agents are updated one after another, each
+    one's clipped surrogate weighted by the ratios of the agents updated before it in the same update (see the module
+    docstring). Suited to agents that differ (bodies, observation and action spaces, models of their own).
+
+    The constructor and models are :class:`~skrl_marl_ext.MAPPO`'s (a centralised value model reading
+    ``inputs["states"]``; ``state_spaces`` required), the config :class:`HAPPO_CFG` (``update_order``).
+
+    Agents with models of their own are updated one by one (never stacked: ``cfg.batch_agent_models`` must be False).
+    Agents that *share* one model cannot move one after another, since one step moves them all: such a group is
+    updated as MAPPO updates it, all its agents together at its place in the order, with one ``M`` (the agents
+    before it), and then all of its agents' ratios enter ``M`` for the agents after it. Construction says so in one
+    warning. HARL instead steps a shared model once per agent, on that agent's data.
+
+    skrl's per-agent :meth:`update` (not called by the trainers) updates the agent's group as MAPPO would (``M = 1``).
+
+    :param possible_agents: Names of all the agents the env can have.
+    :param models: ``{agent: {"policy": Model, "value": Model}}``.
+    :param memories: Optional ``{agent: Memory}``, checked as MAPPO checks them (see :class:`~skrl_marl_ext.MAPPO`).
+    :param observation_spaces: ``{agent: gymnasium.Space}``.
+    :param state_spaces: ``{agent: gymnasium.Space}`` of the global state (required).
+    :param action_spaces: ``{agent: gymnasium.Space}`` (Box, Discrete or MultiDiscrete).
+    :param device: Device of the agent's data and computation.
+    :param cfg: :class:`HAPPO_CFG` or a dict of its fields (``{}`` gives the defaults). Unknown keys are refused.
+    """
+
+    cfg_class = HAPPO_CFG
+    requires_states = True
+    progress_class = HAPPOProgress
+
+    def __init__(
+        self,
+        *,
+        possible_agents: list[str],
+        models: dict[str, dict[str, Model]],
+        memories: dict[str, Memory] | None = None,
+        observation_spaces: dict[str, gymnasium.Space] | None = None,
+        state_spaces: dict[str, gymnasium.Space] | None = None,
+        action_spaces: dict[str, gymnasium.Space] | None = None,
+        device: str | torch.device | None = None,
+        cfg: Any = None,
+    ) -> None:
+        """MAPPO's construction; then the seed of the update orders (rank 0's, without drawing from torch's RNG)."""
+        super().__init__(
+            possible_agents=possible_agents,
+            models=models,
+            memories=memories,
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces,
+            action_spaces=action_spaces,
+            device=device,
+            cfg=cfg,
+        )
+        self.cfg: HAPPO_CFG
+        self.progress.order_seed = distributed.broadcast_int(torch.initial_seed() % 2**63, device=self.device)
+        shared = [group.uids for group in self.groups if group.size > 1]
+        if shared:
+            warnings.warn(
+                f"HAPPO: agents {shared} share their models, so they cannot be updated one after another; each such "
+                "group is updated together as MAPPO would, at its place in the order. Give each agent models of its "
+                "own for HAPPO's sequential update",
+                stacklevel=2,
+            )
+
+    def _batchable(self, uid: str) -> bool:
+        """Never: a stacked batch steps its agents at once, HAPPO one after another."""
+        return False
+
+    # ------------------------------------------------------------------ update
+
+    def _update_groups(self) -> None:
+        """The groups one after another in this update's order, each one's advantages weighted by ``M``."""
+        order = list(range(len(self.groups)))
+        if self.cfg.update_order == "random":
+            order = update_order(seed=self.progress.order_seed, update=self.progress.updates, size=len(order))
+        self.progress.updates += 1
+        factor = None  # M, (T * N, 1): 1 before the first group
+        for position, index in enumerate(order):
+            group = self.groups[index]
+            # M > 0, so min(r A, clip(r) A) * M = min(r (A M), clip(r) (A M)): weighting the advantages is HARL's
+            # factor * min(surr1, surr2) (harl/algorithms/actors/happo.py), with the clip and the masks unchanged
+            data = self._update_group(group, advantage_scale=factor)
+            if data is not None and position < len(order) - 1:
+                ratio = self._ratio_after_update(group, data)
+                factor = ratio if factor is None else factor * ratio
+
+    def _ratio_after_update(self, group: OnPolicyGroup, data: TrainingData) -> torch.Tensor:
+        """``prod over the group's agents of pi_new / pi_old`` per sample ``(T * N, 1)``, no gradient: the policy as the
+        epochs left it, on the inputs the epochs read (mini-batch by mini-batch, in order); 1 where an agent was
+        masked."""
+        G = group.size
+        ratio = torch.ones(G, data.packed.shape[1], 1, device=self.device)
+        with torch.no_grad(), self._autocast():
+            for indexes in self._mini_batch_indexes(group, shuffle=False):
+                batch = data.batch(indexes)
+                policy_inputs, _ = self._batch_inputs(group, batch)
+                _, outputs = group.act("policy", policy_inputs)
+                log_prob = outputs["log_prob"].float().view(G, -1, 1)
+                r = torch.exp(log_prob - batch["log_prob"])
+                if batch["mask"] is not None:  # masks: an absent agent leaves M as it is
+                    r = torch.where(batch["mask"], r, 1.0)
+                ratio[:, indexes] = r
+        return ratio.prod(dim=0)
