@@ -18,6 +18,7 @@ from skrl_marl_ext import HAPPO, HAPPO_CFG, ValueNorm, cli, functional
 from skrl_marl_ext.algorithms import happo as happo_module
 from skrl_marl_ext.algorithms import mappo as mappo_module
 from skrl_marl_ext.runner import Runner
+from skrl_marl_ext.trainers import StepTrainer
 
 CONFIGS = os.path.join(os.path.dirname(__file__), os.pardir, "skrl_marl_ext", "configs")
 
@@ -257,6 +258,20 @@ def test_trains_through_skrls_trainer_on_agents_of_different_spaces():
     for uid in env.possible_agents:
         assert not torch.equal(before[uid], params(agent.models[uid]["policy"]))
     assert agent.progress.updates == 3
+
+
+def test_trains_through_skrls_step_trainer():
+    """skrl's StepTrainer (one call per env step, as Isaac Lab's play loops drive agents) updates every agent."""
+    env = speaker_listener(num_envs=4)
+    torch.manual_seed(0)
+    agent = make_happo(env, {"rollouts": 8})
+    before = {uid: params(agent.models[uid]["policy"]) for uid in env.possible_agents}
+    trainer = StepTrainer(env=env, agents=agent, cfg={"timesteps": 16, "headless": True, "disable_progressbar": True})
+    for _ in range(16):
+        trainer.train()
+    assert agent.progress.updates == 2
+    for uid in env.possible_agents:
+        assert not torch.equal(before[uid], params(agent.models[uid]["policy"]))
 
 
 def test_runner_builds_happo_from_yaml_and_trains():
