@@ -35,6 +35,7 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+from skrl import logger
 from skrl.envs.wrappers.torch import MultiAgentEnvWrapper
 from skrl.utils.runner.torch import Runner as SkrlRunner
 from skrl.utils.spaces.torch import compute_space_size
@@ -300,6 +301,10 @@ class Runner(SkrlRunner):
             uid: memory_class(num_envs=env.num_envs, device=env.device, **self._process_cfg(memory_cfg))
             for uid in env.possible_agents
         }
+        agent_cfg = dict(cfg["agent"])
+        for name in ("random_timesteps", "learning_starts"):  # ignored with a warning, as skrl does for MAPPO
+            if agent_cfg.pop(name, None) is not None:
+                logger.warning(f"The '{name}' field in the configuration is not supported by HAPPO; it is ignored")
         return HAPPO(
             possible_agents=env.possible_agents,
             models=models,
@@ -308,7 +313,7 @@ class Runner(SkrlRunner):
             state_spaces=env.state_spaces,
             action_spaces=env.action_spaces,
             device=env.device,
-            cfg=self._process_cfg(cfg["agent"]),
+            cfg=self._process_cfg(agent_cfg),
         )
 
 

@@ -277,7 +277,8 @@ def test_trains_through_skrls_step_trainer():
 def test_runner_builds_happo_from_yaml_and_trains():
     env = speaker_listener(num_envs=4)
     cfg = Runner.load_cfg_from_yaml(os.path.join(CONFIGS, "happo.yaml"))
-    cfg["agent"].update(experiment=QUIET, rollouts=16, update_order="fixed")
+    # Isaac Lab's skrl YAMLs carry these off-policy keys; skrl's Runner drops them for MAPPO, ours for HAPPO
+    cfg["agent"].update(experiment=QUIET, rollouts=16, update_order="fixed", random_timesteps=0, learning_starts=0)
     cfg["trainer"].update(timesteps=32, disable_progressbar=True)
     runner = Runner(env, cfg)
     agent = runner.agent
