@@ -79,7 +79,7 @@ def test_readme_defaults_table_matches_the_library_and_the_cli():
         assert _cell(theirs) == cli[name], name
 
 
-def test_readme_quickstart_runs(tmp_path, monkeypatch):
+def test_readme_quickstart_runs(tmp_path, monkeypatch, capsys):
     """The README's script, shortened to one rollout and its update."""
     readme = (REPO / "README.md").read_text()
     code = re.search(r"```python\n(.*?)```", readme, flags=re.DOTALL).group(1)
@@ -89,3 +89,4 @@ def test_readme_quickstart_runs(tmp_path, monkeypatch):
     namespace = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["agent"].experiment_dir.startswith(str(tmp_path))
+    assert "mean return of agent_0 with deterministic actions:" in capsys.readouterr().out  # it prints a result
