@@ -67,16 +67,9 @@ class OnPolicyCfg(MarlCfg):
     """Keyword arguments of the scheduler (without ``optimizer``), or a per-agent dict of them."""
 
     observation_preprocessor: type | None | dict = None
-    """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``.
-
-    The rollout acts with the statistics fixed (the raw observations are stored, as in skrl), and at the update the
-    statistics take in the rollout's unmasked, finite observations (summed over ranks) before the epochs (skrl 2.1.1
-    folds in each mini-batch of the first epoch as it trains on it, ``train=not epoch``), so the
-    policy trains on its inputs as it will see them when it acts next. The importance ratio keeps the behaviour
-    policy's log-probabilities, so the refresh's effect on the policy shows in the first mini-batch's ratio (not
-    exactly 1) and is clipped like any other change; making it exactly 1 (refreshing after the epochs or every
-    step, or re-evaluating the old log-probabilities) learned worse in the learning study. ``RunningStandardScaler`` and :class:`~skrl_marl_ext.preprocessors.ValueNorm` are updated
-    without a host read; another class is called as skrl calls it, ``preprocessor(x, train=True)``."""
+    """Preprocessor class for observations (per agent), e.g. skrl's ``RunningStandardScaler``. Its statistics are
+    fixed while the rollout acts and take in the rollout's unmasked, finite observations once per update, before the
+    epochs (skrl 2.1.1: mini-batch by mini-batch during the first epoch); see the MAPPO page, "Input statistics"."""
 
     observation_preprocessor_kwargs: dict = dataclasses.field(default_factory=dict)
     """Keyword arguments of the observation preprocessor; ``size`` and ``device`` are filled in when missing."""
@@ -120,18 +113,9 @@ class OnPolicyCfg(MarlCfg):
 
     time_limit_bootstrap: bool | dict[str, bool] = False
     """At truncated steps, keep the bootstrap ``gamma * V(final observation)`` (per agent); off, a truncated step is
-    treated as terminated. The recursion is cut at truncation either way, so no advantage leaks into the next episode
-    (skrl 2.1.1 lets it leak when this is off).
-
-    Every vectorized env resets in place, so the observation after a truncated step is the *next* episode's first
-    one, and ``V`` of it is the wrong bootstrap (skrl 2.1.1 uses it). Instead:
-
-    - where the env hands the episode's final observation (and final state) in its step infos, under
-      ``infos["final_observations"]`` / ``infos["final_states"]`` (:data:`skrl_marl_ext.keys.FINAL_OBSERVATIONS_KEY`;
-      this package's VMAS, batched PettingZoo and built-in envs do), the bootstrap is ``gamma * V(final
-      observation)``, evaluated when the step is recorded;
-    - otherwise (Isaac Lab's envs expose no final observation) it is ``gamma * V(s_t)``, the value of the truncated
-      step itself: rsl_rl's approximation, exact when the value changes little over one step."""
+    treated as terminated. The recursion is cut at truncation either way (skrl 2.1.1 lets the advantage leak into the
+    next episode). The final observation comes from ``infos["final_observations"]`` where the env gives it (this
+    package's envs do), else ``V(s_t)`` is used (rsl_rl's approximation); see the MAPPO page, "Time limits"."""
 
     rewards_shaper: Callable | None = None
     """Function ``(rewards, timestep, timesteps) -> rewards`` applied before storage. It receives one group's rewards
@@ -150,20 +134,11 @@ class OnPolicyCfg(MarlCfg):
     :func:`skrl_marl_ext.models.agent_id_space`. Has no effect on agents with their own models."""
 
     batch_agent_models: bool | str = "auto"
-    """*New.* Run agents that have models of their own as one batch (``torch.func``: their parameters stacked, one
-    vmapped call per model role, the policy and value of a step in one, one optimiser step) instead of one agent
-    after the other, as skrl does. Each agent keeps its own loss, statistics, gradient clipping and checkpoint
-    entries, so training is the per-agent loop's (to float rounding; the mini-batches of one update share their
-    sample order). Agents batch where, role by role, their models have the same class and parameter shapes and a
-    model serves one role, their spaces and per-agent config agree, the preprocessors are skrl's
-    ``RunningStandardScaler`` or :class:`~skrl_marl_ext.ValueNorm` (or none), and neither ``KLAdaptiveLR`` nor
-    ``kl_threshold`` adapts the update to each agent's own KL (those keep the per-agent loop). Gradients then reach the
-    stacked tensors, not the models' own parameters (hooks registered on those see none).
-
-    ``"auto"``: batched on a GPU; on a CPU only where at least 4 agents have models alike and no layer is wider than
-    128 units (:func:`~skrl_marl_ext.groups.stacked.batch_by_default`). Batching saves per-call overhead, which
-    dominates on a GPU and for many small models, but on a CPU its large fresh activation tensors cost more than a few
-    agents' or wide layers' calls save. True or False force batching or the per-agent loop."""
+    """*New.* Run agents that have models of their own (same class and shapes) as one ``torch.func`` batch, each
+    keeping its own loss, statistics, gradient clip and checkpoint entries, instead of one after the other as skrl
+    does. ``"auto"``: batched on a GPU; on a CPU only where at least 4 agents have models alike and no layer is wider
+    than 128 units, where batching is not slower than the loop. True / False force either. See the MAPPO page,
+    "Agents with models of their own"."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
