@@ -168,7 +168,8 @@ def test_an_agent_masked_for_a_whole_rollout_keeps_its_own_statistics():
     """A batched group keeps one ValueNorm per agent; an agent with no unmasked sample in a rollout keeps its
     statistics, while the other agents' fold in their returns (as per-agent references do)."""
     env = spread(num_envs=2)
-    agent = make_agent(env, cfg={"value_preprocessor": ValueNorm, "experiment": QUIET})
+    # each agent's own critic, batched: one group whose value statistics are stacked per agent
+    agent = make_agent(env, cfg={"value_preprocessor": ValueNorm, "batch_agent_models": True, "experiment": QUIET})
     (group,) = agent.groups
     G = group.size
     refs = [ReferenceValueNorm(1) for _ in range(G)]
@@ -215,6 +216,7 @@ def drive_and_record(monkeypatch, *, shared: bool, mini_batches: int, updates: i
         "value_preprocessor": ValueNorm,
         "value_clip": 0.2,
         "time_limit_bootstrap": True,
+        "batch_agent_models": True,  # per-agent critics as one batched group (shared critics: one group anyway)
         "experiment": QUIET,
     }
     agent = make_agent(env, shared=shared, cfg=cfg)
