@@ -267,11 +267,7 @@ class Runner(SkrlRunner):
                 "Runner: MADDPG needs memory.memory_size, the replay memory's rows per env (e.g. 10000), got "
                 f"{memory_cfg.get('memory_size')!r}"
             )
-        memory_class = self._component(memory_cfg["class"])
-        memories = {
-            uid: memory_class(num_envs=env.num_envs, device=env.device, **self._process_cfg(memory_cfg))
-            for uid in env.possible_agents
-        }
+        memories = self._memories(env, memory_cfg)
         agent_cfg = self._process_cfg(cfg["agent"])
         for name in ("exploration_noise", "smooth_regularization_noise"):
             noise = agent_cfg.get(name)
@@ -290,17 +286,21 @@ class Runner(SkrlRunner):
             cfg=agent_cfg,
         )
 
+    def _memories(self, env: MultiAgentEnvWrapper, memory_cfg: dict[str, Any]) -> dict[str, Any]:
+        """One memory per agent from the YAML's ``memory:`` section (its ``class`` and keyword arguments)."""
+        memory_class = self._component(memory_cfg["class"])
+        return {
+            uid: memory_class(num_envs=env.num_envs, device=env.device, **self._process_cfg(memory_cfg))
+            for uid in env.possible_agents
+        }
+
     def _generate_happo(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], models: dict[str, dict[str, Any]]):
         """HAPPO as skrl's Runner builds MAPPO (skrl's table has no HAPPO): memories of ``rollouts`` rows when
         ``memory_size`` is -1; the agent sizes the preprocessors from its spaces."""
         memory_cfg = dict(cfg.get("memory") or {"class": "RandomMemory", "memory_size": -1})
         if memory_cfg.get("memory_size", -1) < 0:
             memory_cfg["memory_size"] = cfg["agent"].get("rollouts", HAPPO_CFG.rollouts)
-        memory_class = self._component(memory_cfg["class"])
-        memories = {
-            uid: memory_class(num_envs=env.num_envs, device=env.device, **self._process_cfg(memory_cfg))
-            for uid in env.possible_agents
-        }
+        memories = self._memories(env, memory_cfg)
         agent_cfg = dict(cfg["agent"])
         for name in ("random_timesteps", "learning_starts"):  # ignored with a warning, as skrl does for MAPPO
             if agent_cfg.pop(name, None) is not None:
