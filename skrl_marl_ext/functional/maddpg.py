@@ -12,35 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from skrl_marl_ext.functional.ppo import masked_mean
+from skrl_marl_ext.functional.ppo import _check_group_terms, _check_shape, group_mean
 from skrl_marl_ext.functional.td import td_target
-
-
-def _check_shape(owner: str, name: str, x: torch.Tensor, shape: tuple) -> None:
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{owner}: {name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
-
-
-def _check_group_terms(owner: str, **terms: torch.Tensor | None) -> None:
-    """Every given term is ``(G, B, 1)`` and of one shape (a ``(B, 1)`` or ``(G, B)`` one would broadcast)."""
-    given = {name: x for name, x in terms.items() if x is not None}
-    shape = next(iter(given.values())).shape
-    if len(shape) != 3 or shape[-1] != 1:
-        raise ValueError(f"{owner}: {next(iter(given))} has shape {tuple(shape)}, expected (G, B, 1)")
-    for name, x in given.items():
-        _check_shape(owner, name, x, shape)
-
-
-def group_mean(x: torch.Tensor, mask: torch.Tensor, *, per_agent: bool = False) -> torch.Tensor:
-    """A group's mean of ``(G, B, 1)`` terms over the rows where ``mask`` is true.
-
-    :param x: Terms, shape ``(G, B, 1)``.
-    :param mask: Boolean rows to keep, shape ``(G, B, 1)``.
-    :param per_agent: Sum of each agent's own masked mean instead of the masked mean over all rows.
-    :return: A scalar.
-    """
-    _check_group_terms("group_mean", x=x, mask=mask)
-    return masked_mean(x, mask, dim=(1, 2)).sum() if per_agent else masked_mean(x, mask)
 
 
 def smooth_target_actions(

@@ -46,6 +46,33 @@ def masked_mean_var(
     return (mean if keepdim or dim is None else mean.reshape(var.shape)), var
 
 
+def _check_shape(owner: str, name: str, x: torch.Tensor, shape: tuple) -> None:
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{owner}: {name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
+
+
+def _check_group_terms(owner: str, **terms: torch.Tensor | None) -> None:
+    """Every given term is ``(G, B, 1)`` and of one shape (a ``(B, 1)`` or ``(G, B)`` one would broadcast)."""
+    given = {name: x for name, x in terms.items() if x is not None}
+    shape = next(iter(given.values())).shape
+    if len(shape) != 3 or shape[-1] != 1:
+        raise ValueError(f"{owner}: {next(iter(given))} has shape {tuple(shape)}, expected (G, B, 1)")
+    for name, x in given.items():
+        _check_shape(owner, name, x, shape)
+
+
+def group_mean(x: torch.Tensor, mask: torch.Tensor | None, *, per_agent: bool = False) -> torch.Tensor:
+    """A group's mean of ``(G, B, 1)`` terms over the rows where ``mask`` is true.
+
+    :param x: Terms, shape ``(G, B, 1)``.
+    :param mask: Boolean rows to keep, shape ``(G, B, 1)``, or None for all.
+    :param per_agent: Sum of each agent's own masked mean instead of the masked mean over all rows.
+    :return: A scalar.
+    """
+    _check_group_terms("group_mean", x=x, mask=mask)
+    return masked_mean(x, mask, dim=(1, 2)).sum() if per_agent else masked_mean(x, mask)
+
+
 def normalize_advantages(
     advantages: torch.Tensor, mask: torch.Tensor | None = None, *, dim=None, epsilon: float = 1e-8
 ) -> torch.Tensor:
@@ -208,13 +235,12 @@ def ppo_loss(
         predicted_values=values, old_values=old_values, returns=returns, value_clip=value_clip, huber_delta=huber_delta
     )
 
-    def mean(x):
-        return masked_mean(x, mask, dim=(1, 2)).sum() if per_agent else masked_mean(x, mask)
-
     terms = {
-        "loss_objective": mean(surrogate),
-        "loss_critic": value_loss_scale * mean(critic),
-        "loss_entropy": -entropy_loss_scale * mean(entropy) if entropy is not None else log_prob.new_zeros(()),
+        "loss_objective": group_mean(surrogate, mask, per_agent=per_agent),
+        "loss_critic": value_loss_scale * group_mean(critic, mask, per_agent=per_agent),
+        "loss_entropy": -entropy_loss_scale * group_mean(entropy, mask, per_agent=per_agent)
+        if entropy is not None
+        else log_prob.new_zeros(()),
     }
     with torch.no_grad():
         G = log_prob.shape[0]
