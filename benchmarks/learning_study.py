@@ -19,7 +19,7 @@ Discrete actions), the same initial weights for a seed, and the agent config of 
 - ``mappo-paper``: ours with the MAPPO paper's value options on top (``ValueNorm``, Huber delta 10, value clip 0.2);
 - ``maddpg``: ``skrl_marl_ext.MADDPG`` with ``skrl_marl_ext/configs/maddpg.yaml`` through our ``Runner``
   (its own models: deterministic 2x128 relu policy, twin Q critics; not comparable in config with the PPO variants);
-  ``maddpg-noise009``: with the exploration noise ending at std 0.09 (the default before issue 15's study);
+  ``maddpg-noise009``: with the exploration noise ending at std 0.09 (the earlier default);
   ``maddpg-1critic``: that and one critic (the defaults before the twin critics became one).
 
 Tasks: ``vmas:balance`` (default), ``vmas:navigation``, ``vmas:transport``, ``pettingzoo:mpe2.simple_spread_v3``
@@ -32,7 +32,7 @@ The study (10 seeds x 5 variants on balance, 128 envs x 4000 steps = 512k frames
         --seeds 0-9 --jobs 2
     python benchmarks/learning_study.py --report
 
-The multi-task study at 1M frames per run (issue 15: our MAPPO, IPPO and MADDPG beside skrl's MAPPO and IPPO; each
+The multi-task study at 1M frames per run (our MAPPO, IPPO and MADDPG beside skrl's MAPPO and IPPO; each
 command its own process, run side by side on the 2 cores)::
 
     python benchmarks/learning_study.py --tasks vmas:balance,vmas:navigation,vmas:transport \
@@ -130,10 +130,10 @@ REMOVE = "<remove>"
 """An override value that deletes the field from the config (``("models.critic_2", REMOVE)``: one critic)."""
 
 NOISE_009 = (("exploration_final_scale", 0.3),)
-"""The exploration noise ending at std 0.09, as configs/maddpg.yaml had it before issue 15's study (now 0.03)."""
+"""The exploration noise ending at std 0.09, as configs/maddpg.yaml had it before the MADDPG defaults study (now 0.03)."""
 
 ONE_CRITIC = (("models.critic_2", REMOVE), *NOISE_009)
-"""Overrides of the single-critic MADDPG variants (configs/maddpg.yaml has had twin critics since issue 15)."""
+"""Overrides of the single-critic MADDPG variants (configs/maddpg.yaml has had twin critics since the MADDPG defaults study)."""
 
 VARIANTS: dict[str, Variant] = {
     "skrl-mappo": Variant("on_policy", "mappo", impl="skrl", note="skrl's MAPPO, critic reads states"),
@@ -178,7 +178,7 @@ VARIANTS: dict[str, Variant] = {
     # defaults before the twin critics (its rows were run as "maddpg" then); the config hashes are the same
     "maddpg-noise009": Variant("runner", "maddpg", overrides=NOISE_009, note="MADDPG, noise std 0.3 -> 0.09"),
     "maddpg-1critic": Variant("runner", "maddpg", overrides=ONE_CRITIC, note="MADDPG, one critic per agent"),
-    # probes of the navigation collapse with one critic (issue 15): BenchMARL's replay of 1M frames (7813 rows x 128
+    # probes of the navigation collapse with one critic: BenchMARL's replay of 1M frames (7813 rows x 128
     # envs), with half the learning rates, with the paper code's pre-tanh penalty, with TD3's target smoothing
     "maddpg-replay1m": Variant(
         "runner",
