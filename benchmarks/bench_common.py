@@ -19,9 +19,9 @@ from skrl.trainers.torch import SequentialTrainer
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
 from skrl_marl_ext.trainers import PHASES, interact, track_phase_times
 
-ALGOS = ("ours-mappo", "skrl-mappo", "ours-ippo", "skrl-ippo")
-BASELINE = {"ours-mappo": "skrl-mappo", "ours-ippo": "skrl-ippo"}
-"""The skrl agent each of ours is compared with."""
+ALGOS = ("ours-mappo", "skrl-mappo", "ours-ippo", "skrl-ippo", "ours-happo")
+BASELINE = {"ours-mappo": "skrl-mappo", "ours-ippo": "skrl-ippo", "ours-happo": "ours-mappo"}
+"""The agent each of ours is compared with: skrl's own, or for HAPPO (which skrl lacks) our MAPPO."""
 
 
 @dataclass
@@ -56,7 +56,7 @@ def make_env(spec: str, *, num_envs: int, agents: int | None, device: str, seed:
 
 def make_models(env, *, algo: str, shared: bool, cfg: TrainCfg, device: str) -> dict:
     """Gaussian policy and value MLPs per agent (one pair for all agents when ``shared``)."""
-    critic_input = "states" if algo.endswith("mappo") else "observations"
+    critic_input = "observations" if algo.endswith("ippo") else "states"
 
     def pair(uid):
         kwargs = {"hidden_sizes": cfg.hidden, "activation": cfg.activation, "device": device}
@@ -99,9 +99,9 @@ def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed
         "learning_rate": cfg.learning_rate,
     }
     if algo.startswith("ours"):
-        from skrl_marl_ext import IPPO, MAPPO
+        from skrl_marl_ext import HAPPO, IPPO, MAPPO
 
-        cls = MAPPO if algo == "ours-mappo" else IPPO
+        cls = {"ours-mappo": MAPPO, "ours-ippo": IPPO, "ours-happo": HAPPO}[algo]
         quiet = {"experiment": {"write_interval": 0, "checkpoint_interval": 0}}
         return cls(cfg={**common, **quiet, **(ours_cfg or {})}, **spaces)
     if algo == "skrl-mappo":

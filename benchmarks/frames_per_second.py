@@ -1,10 +1,12 @@
-"""Training throughput of this package's MAPPO/IPPO against skrl's built-in ones, at identical configuration.
+"""Training throughput of this package's MAPPO/IPPO against skrl's built-in ones (and HAPPO against our MAPPO), at
+identical configuration.
 
 Frames: an env frame is one step of one env with every agent acting once, so a run of ``timesteps`` steps of
 ``num_envs`` envs is ``num_envs * timesteps`` frames, whatever the number of agents. Training frames/s include
 acting, env stepping, storing and the PPO updates (one per ``rollouts`` steps), as in a real training run; the env
 alone (uniform random actions) is given for reference. Repeats interleave the algorithms (A B C D A B C D ...) so
-a drift of the machine's speed hits all of them alike; the table gives medians and the ratio ours / skrl.
+a drift of the machine's speed hits all of them alike; the table gives medians and the ratio ours / skrl (HAPPO: /
+our MAPPO), and the update's time per rollout (``post_interaction``, where the updates run) with its ratio.
 
 Example (2 cores)::
 
@@ -89,6 +91,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def paired_ratio(ours: list[float], base: list[float]) -> str:
+    """Ratio of the medians, and the range of the per-repeat ratios."""
+    pairs = [a / b for a, b in zip(ours, base, strict=True)]
+    return f"{median(ours) / median(base):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
@@ -102,14 +110,17 @@ def main(argv=None) -> int:
     )
     timesteps = round_up(args.timesteps, args.rollouts)
     results: dict[str, list[float]] = {name: [] for name, _, _ in args.runs}
+    update_ms: dict[str, list[float]] = {name: [] for name, _, _ in args.runs}
     env_alone: list[float] = []
     for repeat in range(args.repeats):
         for name, algo, ours_cfg in args.runs:
             env = make_env(args.env, num_envs=args.num_envs, agents=args.agents, device=args.device, seed=repeat)
             shared = args.shared and algo.startswith("ours")
             agent = make_agent(algo, env, shared=shared, cfg=cfg, device=args.device, seed=repeat, ours_cfg=ours_cfg)
-            fps = train_frames_per_second(agent, env, timesteps=timesteps, warmup=args.rollouts)
+            phase_ms: dict[str, float] = {}
+            fps = train_frames_per_second(agent, env, timesteps=timesteps, warmup=args.rollouts, phase_ms=phase_ms)
             results[name].append(fps)
+            update_ms[name].append(phase_ms["post_interaction"] * args.rollouts)
             print(f"# repeat {repeat} {name}: {fps:.0f} frames/s", file=sys.stderr)
         if not args.no_env_alone:
             env = make_env(args.env, num_envs=args.num_envs, agents=args.agents, device=args.device, seed=repeat)
@@ -119,21 +130,24 @@ def main(argv=None) -> int:
     rows = []
     for name, algo, _ in args.runs:
         base = BASELINE.get(algo)
-        ratio = "-"
-        if base in results:
-            # ratio of the medians, and the spread of the per-repeat (paired) ratios
-            pairs = [a / b for a, b in zip(results[name], results[base], strict=True)]
-            ratio = f"{median(results[name]) / median(results[base]):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"
         models = "shared" if args.shared and algo.startswith("ours") else "per-agent"
-        rows.append([name, models, f"{median(results[name]):.0f}", f"{min(results[name]):.0f}", ratio])
+        update = f"{median(update_ms[name]):.0f}"
+        rows.append([name, models, f"{median(results[name]):.0f}", f"{min(results[name]):.0f}", "-", update, "-"])
+        if base in results:
+            # ratios of the medians, and the spread of the per-repeat (paired) ratios
+            rows[-1][4] = paired_ratio(results[name], results[base])
+            rows[-1][6] = paired_ratio(update_ms[name], update_ms[base])
     if env_alone:
-        rows.append(["env alone (random actions)", "-", f"{median(env_alone):.0f}", f"{min(env_alone):.0f}", "-"])
+        rows.append(
+            ["env alone (random actions)", "-", f"{median(env_alone):.0f}", f"{min(env_alone):.0f}"] + ["-"] * 3
+        )
     print(
         f"env {args.env}, {args.num_envs} envs, {num_agents} agents, MLP {args.hidden} {args.activation}, rollouts "
         f"{args.rollouts}, {args.epochs} epochs x {args.minibatches} mini-batches, {timesteps} timed steps, "
         f"{args.repeats} repeats, device {args.device}, threads {torch.get_num_threads()}\n"
     )
-    print(markdown_table(["algo", "models", "frames/s (median)", "frames/s (min)", "ours / skrl (paired range)"], rows))
+    header = ["algo", "models", "frames/s (median)", "frames/s (min)", "ratio (paired range)", "update ms", "ratio"]
+    print(markdown_table(header, rows))
     # ceiling: the models' matrix products alone at the measured matmul rate (env and elementwise work left out)
     rate = matmul_flops_per_second(width=max(args.hidden), device=args.device)
     flops = flops_per_env_step(agent, num_envs=args.num_envs, epochs=args.epochs)

@@ -158,6 +158,29 @@ VARIANTS: dict[str, Variant] = {
         note="skrl, time-outs bootstrapped",
     ),
     "ippo": Variant("on_policy", "ippo", note="skrl_marl_ext.IPPO"),
+    # the value options three ways, time-outs bootstrapped: skrl's form (a running scaler on values, the clip) against
+    # the MAPPO paper's (ValueNorm, the clip, Huber 10); "mappo-tlb" is the same without value options
+    "mappo-rss-clip-tlb": Variant(
+        "on_policy",
+        "mappo",
+        overrides=(
+            ("value_preprocessor", "RunningStandardScaler"),
+            ("value_clip", 0.2),
+            ("time_limit_bootstrap", True),
+        ),
+        note="ours + RunningStandardScaler on values, value clip 0.2, time-outs bootstrapped",
+    ),
+    "mappo-paper-tlb": Variant(
+        "on_policy",
+        "mappo",
+        overrides=(
+            ("value_preprocessor", "ValueNorm"),
+            ("huber_delta", 10.0),
+            ("value_clip", 0.2),
+            ("time_limit_bootstrap", True),
+        ),
+        note="ours + ValueNorm, Huber 10, value clip 0.2, time-outs bootstrapped",
+    ),
     # skrl's mini-batches (mini_batch_order="sequential": each epoch the rollout's steps in order, in the same blocks);
     # first run as diagnostics of the gaps to skrl (MPE simple_spread MAPPO, navigation IPPO)
     "mappo-sequential": Variant(

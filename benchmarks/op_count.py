@@ -83,9 +83,9 @@ try:  # a version of the package before batched groups has no such module (the c
 except ImportError:  # pragma: no cover
     batched = None
 
-ALGOS = ("mappo", "ippo", "maddpg")
+ALGOS = ("mappo", "ippo", "maddpg", "happo")
 VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-loop", "ours-shared")
-NO_SKRL = frozenset({"maddpg"})
+NO_SKRL = frozenset({"maddpg", "happo"})
 """Algorithms skrl does not have: no ``skrl-per-agent``; the ratio column is relative to :data:`NO_SKRL_BASELINE`."""
 NO_SKRL_BASELINE = "ours-per-agent-loop"
 LOOP_CFG = {"batch_agent_models": False}
