@@ -78,10 +78,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from skrl_marl_ext.trainers import PHASES, interact
 
-try:  # a version of the package before batched groups has no such module (the counts still run)
-    from skrl_marl_ext.algorithms import batched
+try:  # where the per-agent clip's switch lives (earlier versions: agents/batched.py; before batched groups: none)
+    from skrl_marl_ext.groups import stacked as batched
 except ImportError:  # pragma: no cover
-    batched = None
+    try:
+        from skrl_marl_ext.agents import batched
+    except ImportError:
+        batched = None
 
 ALGOS = ("mappo", "ippo", "maddpg", "happo")
 VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-loop", "ours-shared")
