@@ -741,6 +741,16 @@ def _slug(task: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "-", task).strip("-")
 
 
+LEARNED_FRACTION = 0.25
+"""A run "learned" when its return rose (first to final) by at least this fraction of the typical rise of its table."""
+
+
+def learned(row: dict[str, str], typical_gain: float) -> bool:
+    """Whether a run's return rose by at least :data:`LEARNED_FRACTION` of ``typical_gain`` (the median rise of the
+    runs of its task and budget): a seed that never learns stays near its first return."""
+    return float(row["final_return"]) - float(row["first_return"]) >= LEARNED_FRACTION * typical_gain
+
+
 def report(args: argparse.Namespace) -> int:
     from bench_common import markdown_table
 
@@ -772,6 +782,8 @@ def report(args: argparse.Namespace) -> int:
         if reference:
             target = interval([float(r["final_return"]) for r in lines[reference[0]]])[0]
         table = []
+        gains = sorted(float(r["final_return"]) - float(r["first_return"]) for key in keys for r in lines[key])
+        typical_gain = gains[len(gains) // 2]
         for key in keys:
             runs = sorted(lines[key], key=lambda r: int(r["seed"]))
             finals = [float(r["final_return"]) for r in runs]
@@ -786,6 +798,7 @@ def report(args: argparse.Namespace) -> int:
                     f"[{_fmt(low)}, {_fmt(high)}]",
                     " ".join(f"{v:.1f}" for v in finals),
                     _fmt(first),
+                    sum(1 for r in runs if not learned(r, typical_gain)),
                     "-" if target is None else frames_to_reach(curves[key], target),
                     f"{seconds:.0f}",
                 ]
@@ -794,11 +807,22 @@ def report(args: argparse.Namespace) -> int:
         bins = len(json.loads(lines[keys[0]][0]["curve"])["frames"])
         print(f"\n### {task}: {frames:,} frames ({num_envs} envs x {timesteps} steps) per run\n")
         reach = f"frames to reach {REFERENCE}'s mean ({_fmt(target)})" if target is not None else "frames to reach"
-        header = ["algo", "n", "final return", "95% CI", "per seed", "first return", reach, "train s/run"]
+        header = [
+            "algo",
+            "n",
+            "final return",
+            "95% CI",
+            "per seed",
+            "first return",
+            "no learning",
+            reach,
+            "train s/run",
+        ]
         print(markdown_table(header, table))
         print(
             "\nfinal/first return: mean episode return per agent over the last/first 10% of a run's finished "
-            "episodes, mean over seeds; 95% CI: Student's t over seeds; frames to reach: first bin of the mean "
+            "episodes, mean over seeds; 95% CI: Student's t over seeds; no learning: the seeds whose return rose by "
+            f"less than {LEARNED_FRACTION:.0%} of the table's median rise; frames to reach: first bin of the mean "
             f"learning curve ({bins} bins of {_frames(frames / bins)} frames) at or above the target."
         )
         name = f"learning_{_slug(task)}" + (f"_{frames}" if budgets_per_task[task] > 1 else "") + ".png"
