@@ -3,7 +3,8 @@
 A reader following one env step (``act``, ``record_transition``) and one update (``post_interaction`` at the end of
 a rollout) reads every function the interpreter enters on the way. This counts them with ``sys.setprofile``: every
 distinct function (file, name, first line) of skrl and of this package entered during one such step, leaving out
-comprehensions, generator expressions and lambdas. The env is the built-in spread env with 4 agents, models of their
+comprehensions, generator expressions and lambdas. Only the agent's calls are profiled: what the env's step enters
+(skrl's space helpers included) is not the agent's. The env is the built-in spread env with 4 agents, models of their
 own (``make_models`` of the tests' builders: Gaussian policy, value MLP), a rollout of one step so that the step
 includes the update, one epoch of one mini-batch. The step is counted after one uncounted step (lazy allocation).
 
@@ -76,12 +77,16 @@ def build(which: str, env):
     return agent
 
 
-def one_step(agent, env, observations, states, t):
-    """One step as skrl's trainers run it: acting, the env and recording without gradients, then the update."""
+def one_step(agent, env, observations, states, t, profile=None):
+    """One step as skrl's trainers run it: acting, the env and recording without gradients, then the update.
+    ``profile`` (a ``sys.setprofile`` function) is on during the agent's three calls only."""
     with torch.no_grad():
+        sys.setprofile(profile)
         actions, _ = agent.act(observations, states, timestep=t, timesteps=10)
+        sys.setprofile(None)
         next_obs, rewards, terminated, truncated, infos = env.step(actions)
         next_states = env.state()
+        sys.setprofile(profile)
         agent.record_transition(
             observations=observations,
             states=states,
@@ -96,6 +101,7 @@ def one_step(agent, env, observations, states, t):
             timesteps=10,
         )
     agent.post_interaction(timestep=t, timesteps=10)
+    sys.setprofile(None)
     return next_obs, next_states
 
 
@@ -114,15 +120,12 @@ def count(which: str) -> dict[str, set[str]]:
         code = frame.f_code
         if code.co_name in ANONYMOUS or not code.co_filename.startswith(PACKAGES):
             return
-        if "/envs/" in code.co_filename:  # the env's step is not the agent's
-            return
         seen[os.path.relpath(code.co_filename, os.path.dirname(os.path.dirname(code.co_filename)))].add(
             f"{code.co_name}:{code.co_firstlineno}"
         )
 
-    sys.setprofile(profile)
     try:
-        one_step(agent, env, observations, states, 1)
+        one_step(agent, env, observations, states, 1, profile)
     finally:
         sys.setprofile(None)
     return seen
