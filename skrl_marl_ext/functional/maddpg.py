@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from skrl_marl_ext.functional.ppo import _check_group_terms, _check_shape, group_mean
+from skrl_marl_ext.functional.ppo import check_group_terms, check_shape, group_mean
 from skrl_marl_ext.functional.td import td_target
 
 
@@ -28,9 +28,9 @@ def smooth_target_actions(
     :param high: Upper action bounds, shape ``(A,)``.
     :return: Smoothed actions, shape ``(N, A)``.
     """
-    _check_shape("smooth_target_actions", "noise", noise, actions.shape)
-    _check_shape("smooth_target_actions", "low", low, actions.shape[-1:])
-    _check_shape("smooth_target_actions", "high", high, actions.shape[-1:])
+    check_shape("smooth_target_actions", "noise", noise, actions.shape)
+    check_shape("smooth_target_actions", "low", low, actions.shape[-1:])
+    check_shape("smooth_target_actions", "high", high, actions.shape[-1:])
     noise = noise.clamp(-noise_clip, noise_clip)
     return torch.maximum(torch.minimum(actions + noise, high), low)
 
@@ -54,7 +54,7 @@ def critic_target(
     if len(next_q_values) not in (1, 2):
         raise ValueError(f"critic_target: expected one or two next_q_values, got {len(next_q_values)}")
     terms = {f"next_q_values[{k}]": q for k, q in enumerate(next_q_values)}
-    _check_group_terms("critic_target", rewards=rewards, terminated=terminated, **terms)
+    check_group_terms("critic_target", rewards=rewards, terminated=terminated, **terms)
     next_q = torch.minimum(*next_q_values) if len(next_q_values) == 2 else next_q_values[0]
     return td_target(rewards=rewards, next_q_values=next_q, terminated=terminated, discount_factor=discount_factor)
 
@@ -73,7 +73,7 @@ def critic_loss(
     if len(q_values) not in (1, 2):
         raise ValueError(f"critic_loss: expected one or two q_values, got {len(q_values)}")
     terms = {f"q_values[{k}]": q for k, q in enumerate(q_values)}
-    _check_group_terms("critic_loss", targets=targets, mask=mask, **terms)
+    check_group_terms("critic_loss", targets=targets, mask=mask, **terms)
     error = (q_values[0] - targets) ** 2
     loss = group_mean(error, mask, per_agent=per_agent)
     for q in q_values[1:]:
@@ -93,8 +93,8 @@ def joint_with_own_actions(
     :return: ``(G, B, J)``.
     """
     G, B, A = own_actions.shape
-    _check_shape("joint_with_own_actions", "joint_actions", joint_actions, (B, joint_actions.shape[-1]))
-    _check_shape("joint_with_own_actions", "columns", columns, (G, A))
+    check_shape("joint_with_own_actions", "joint_actions", joint_actions, (B, joint_actions.shape[-1]))
+    check_shape("joint_with_own_actions", "columns", columns, (G, A))
     columns = columns.unsqueeze(1).expand(G, B, -1)
     return joint_actions.unsqueeze(0).expand(G, B, -1).scatter(2, columns, own_actions)
 
@@ -119,7 +119,7 @@ def actor_loss(
     :return: ``{"loss": J, "loss_policy": -mean Q, "loss_regularization": w * mean square}`` (scalars; the last is 0
         without a penalty).
     """
-    _check_group_terms("actor_loss", q_values=q_values, mask=mask)
+    check_group_terms("actor_loss", q_values=q_values, mask=mask)
     loss_policy = -group_mean(q_values, mask, per_agent=per_agent)
     if not regularization:
         return {"loss": loss_policy, "loss_policy": loss_policy, "loss_regularization": torch.zeros_like(loss_policy)}

@@ -46,19 +46,20 @@ def masked_mean_var(
     return (mean if keepdim or dim is None else mean.reshape(var.shape)), var
 
 
-def _check_shape(owner: str, name: str, x: torch.Tensor, shape: tuple) -> None:
+def check_shape(owner: str, name: str, x: torch.Tensor, shape: tuple) -> None:
+    """:raises ValueError: naming ``owner`` and ``name`` when ``x`` is not of ``shape``."""
     if tuple(x.shape) != tuple(shape):
         raise ValueError(f"{owner}: {name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
 
 
-def _check_group_terms(owner: str, **terms: torch.Tensor | None) -> None:
+def check_group_terms(owner: str, **terms: torch.Tensor | None) -> None:
     """Every given term is ``(G, B, 1)`` and of one shape (a ``(B, 1)`` or ``(G, B)`` one would broadcast)."""
     given = {name: x for name, x in terms.items() if x is not None}
     shape = next(iter(given.values())).shape
     if len(shape) != 3 or shape[-1] != 1:
         raise ValueError(f"{owner}: {next(iter(given))} has shape {tuple(shape)}, expected (G, B, 1)")
     for name, x in given.items():
-        _check_shape(owner, name, x, shape)
+        check_shape(owner, name, x, shape)
 
 
 def group_mean(x: torch.Tensor, mask: torch.Tensor | None, *, per_agent: bool = False) -> torch.Tensor:
@@ -69,7 +70,7 @@ def group_mean(x: torch.Tensor, mask: torch.Tensor | None, *, per_agent: bool = 
     :param per_agent: Sum of each agent's own masked mean instead of the masked mean over all rows.
     :return: A scalar.
     """
-    _check_group_terms("group_mean", x=x, mask=mask)
+    check_group_terms("group_mean", x=x, mask=mask)
     return masked_mean(x, mask, dim=(1, 2)).sum() if per_agent else masked_mean(x, mask)
 
 
