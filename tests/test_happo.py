@@ -4,6 +4,7 @@ different spaces, checkpoints and resume."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import warnings
@@ -14,7 +15,7 @@ from helpers import QUIET, drive, make_agent, make_models, one_thread, params, s
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from test_reliability import _all_params, _restore_on_reset, _train, _train_until_checkpoint
 
-from skrl_marl_ext import HAPPO, HAPPO_CFG, ValueNorm, cli, functional
+from skrl_marl_ext import HAPPO, HAPPO_CFG, MAPPO, ValueNorm, cli, functional
 from skrl_marl_ext.algorithms import happo as happo_module
 from skrl_marl_ext.algorithms import mappo as mappo_module
 from skrl_marl_ext.runner import Runner
@@ -223,6 +224,14 @@ def test_config_is_checked_and_shared_models_warn_once():
         agent = make_happo(env, models=make_models(env, shared=True))
     assert len(caught) == 1
     drive(agent, env, 32)  # the shared group trains as MAPPO would
+
+
+def test_constructor_names_mappos_keyword_only_arguments():
+    """help() and IDEs list HAPPO's arguments, which are MAPPO's (and skrl's), keyword-only."""
+    happo, mappo = inspect.signature(HAPPO).parameters, inspect.signature(MAPPO).parameters
+    assert list(happo) == list(mappo)
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in happo.values())
+    assert [p.default for p in happo.values()] == [p.default for p in mappo.values()]
 
 
 def test_shared_group_is_updated_as_mappo_would(monkeypatch):

@@ -23,8 +23,11 @@ import dataclasses
 import warnings
 from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
+from skrl.memories.torch import Memory
+from skrl.models.torch import Model
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import Progress
@@ -88,10 +91,29 @@ class HAPPO(OnPolicyAgent):
     requires_states = True
     progress_class = HAPPOProgress
 
-    def __init__(self, **kwargs: Any) -> None:
-        """MAPPO's construction (the same keyword-only arguments); then the seed of the update orders (rank 0's,
-        without drawing from torch's RNG)."""
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        possible_agents: list[str],
+        models: dict[str, dict[str, Model]],
+        memories: dict[str, Memory] | None = None,
+        observation_spaces: dict[str, gymnasium.Space] | None = None,
+        state_spaces: dict[str, gymnasium.Space] | None = None,
+        action_spaces: dict[str, gymnasium.Space] | None = None,
+        device: str | torch.device | None = None,
+        cfg: Any = None,
+    ) -> None:
+        """MAPPO's construction; then the seed of the update orders (rank 0's, without drawing from torch's RNG)."""
+        super().__init__(
+            possible_agents=possible_agents,
+            models=models,
+            memories=memories,
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces,
+            action_spaces=action_spaces,
+            device=device,
+            cfg=cfg,
+        )
         self.cfg: HAPPO_CFG
         self.progress.order_seed = distributed.broadcast_int(torch.initial_seed() % 2**63, device=self.device)
         shared = [group.uids for group in self.groups if group.size > 1]
