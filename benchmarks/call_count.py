@@ -12,11 +12,14 @@ Usage::
 
     python benchmarks/call_count.py            # ours (default config) and skrl's MAPPO
     python benchmarks/call_count.py --list     # and every function counted, by file
+    python benchmarks/call_count.py --csv F    # and ours by file as a CSV (the results page's table)
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
 import os
 import sys
 from collections import defaultdict
@@ -118,11 +121,10 @@ def count(which: str) -> dict[str, set[str]]:
         if event != "call":
             return
         code = frame.f_code
-        if code.co_name in ANONYMOUS or not code.co_filename.startswith(PACKAGES):
+        if code.co_name in ANONYMOUS or not code.co_filename.startswith(tuple(p + os.sep for p in PACKAGES)):
             return
-        seen[os.path.relpath(code.co_filename, os.path.dirname(os.path.dirname(code.co_filename)))].add(
-            f"{code.co_name}:{code.co_firstlineno}"
-        )
+        root = next(p for p in PACKAGES if code.co_filename.startswith(p + os.sep))
+        seen[os.path.relpath(code.co_filename, os.path.dirname(root))].add(f"{code.co_name}:{code.co_firstlineno}")
 
     try:
         one_step(agent, env, observations, states, 1, profile)
@@ -134,14 +136,30 @@ def count(which: str) -> dict[str, set[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print every function counted, by file")
+    parser.add_argument("--csv", help="also write ours by file (file, functions, names) to this CSV")
     args = parser.parse_args()
+    totals = []
     for which in ("skrl", "ours"):
         seen = count(which)
         functions = sum(len(names) for names in seen.values())
+        totals.append(f"{which} {functions} in {len(seen)} files")
         print(f"{which}: {functions} named functions in {len(seen)} files")
+        by_file = {path: sorted(seen[path], key=lambda s: int(s.split(":")[1])) for path in sorted(seen)}
         if args.list:
-            for path in sorted(seen):
-                print(f"  {path}: {', '.join(sorted(seen[path], key=lambda s: int(s.split(':')[1])))}")
+            for path, names in by_file.items():
+                print(f"  {path}: {', '.join(names)}")
+        if args.csv and which == "ours":
+            with open(args.csv, "w", newline="") as f:
+                python = ".".join(map(str, sys.version_info[:2]))
+                f.write(f"# command: python benchmarks/call_count.py --csv {args.csv}\n")
+                f.write(f"# machine: exact counts, the same on any machine (Python {python}, torch ")
+                f.write(f"{torch.__version__.split('+')[0]}, skrl {skrl.__version__})\n")
+                f.write(f"# date: {datetime.date.today().isoformat()}\n")
+                f.write(f"# note: ours by file; named functions: {', '.join(totals)}\n")
+                writer = csv.writer(f)
+                writer.writerow(["file", "functions", "names"])
+                for path, names in by_file.items():
+                    writer.writerow([f"`{path}`", len(names), ", ".join(name.split(":")[0] for name in names)])
 
 
 if __name__ == "__main__":

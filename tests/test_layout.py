@@ -39,3 +39,24 @@ def test_tests_call_no_private_method():
         and not (isinstance(node.func.value, ast.Name) and node.func.value.id in ("self", "cls", "torch"))
     ]
     assert not calls, f"tests calling private methods: {calls}"
+
+
+def test_call_count_profiles_the_agents_calls_only():
+    """``benchmarks/call_count.py`` (the layout's measure) reaches both updates and counts nothing the env's step
+    enters: skrl's space helpers, called by the env, are left out."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import call_count
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    skrl, ours = call_count.count("skrl"), call_count.count("ours")
+    names = {
+        which: {n.split(":")[0] for names in seen.values() for n in names}
+        for which, seen in (("skrl", skrl), ("ours", ours))
+    }
+    assert {"update", "compute_gae"} <= names["skrl"]
+    assert {"ppo_loss", "compute_gae", "_mini_batch_step"} <= names["ours"]
+    for seen in (skrl, ours):
+        assert not [path for path in seen if "spaces" in path or "/envs/" in path]
