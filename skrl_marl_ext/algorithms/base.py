@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import os
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,7 @@ from skrl_marl_ext import distributed
 from skrl_marl_ext.checkpoint import load_checkpoint
 from skrl_marl_ext.checks import check_agent_inputs
 from skrl_marl_ext.config import build_cfg
+from skrl_marl_ext.files import save_torch
 from skrl_marl_ext.groups import AgentGroup, batch_groups, group_agents
 from skrl_marl_ext.groups.stacked import StackedPreprocessor, clip_grad_norm_per_agent_
 from skrl_marl_ext.inputs import InputCheck
@@ -156,6 +158,7 @@ class GroupedMultiAgent(MultiAgent):
         loaded (see :meth:`_shift`)."""
         self._trainer_timesteps: int | None = None
         """The ``timesteps`` of the trainer that initialised the agent (for skrl's ``"auto"`` intervals)."""
+        self.last_checkpoint: tuple[int | None, str] | None = None  # (timestep, path) of write_checkpoint's last
         for uid in self.possible_agents:
             self.checkpoint_modules[uid]["progress"] = self.progress
 
@@ -297,6 +300,50 @@ class GroupedMultiAgent(MultiAgent):
                 self.writer = SummaryWriter(log_dir=self.experiment_dir)
             if self.checkpoint_interval > 0:
                 os.makedirs(os.path.join(self.experiment_dir, "checkpoints"), exist_ok=True)
+
+    def save(self, path: str) -> None:
+        """skrl's ``save`` (``{agent: {module: state_dict}}``), written whole or not at all: a kill or a full disk
+        leaves the previous file of that name as it was (:func:`~skrl_marl_ext.files.write_atomic`).
+
+        :param path: The file to write.
+        :raises ~skrl_marl_ext.files.WriteError: When it cannot be written (the message names the file and the cause).
+        """
+        save_torch(self._module_states(lambda uid, name, module: self._get_internal_value(module)), path)
+
+    def write_checkpoint(self, *, timestep: int, timesteps: int) -> None:
+        """skrl's ``write_checkpoint`` (``checkpoints/agent_<timestep>.pt``, ``best_agent.pt`` when a better one was
+        kept; one file per agent and module with ``store_separately``), each file written whole or not at all.
+
+        :attr:`last_checkpoint` then holds ``(timestep, path)`` of the file written.
+
+        :raises ~skrl_marl_ext.files.WriteError: When a file cannot be written (the message names it and the cause).
+        """
+        folder = os.path.join(self.experiment_dir, "checkpoints")
+        tag = str(timestep if timestep is not None else datetime.datetime.now().strftime("%y-%m-%d_%H-%M-%S-%f"))
+        best = self.checkpoint_best_modules
+        write_best = bool(best["modules"]) and not best["saved"]
+        if self.cfg.experiment.store_separately:
+            for uid in self.possible_agents:
+                for name, module in self.checkpoint_modules[uid].items():
+                    save_torch(self._get_internal_value(module), os.path.join(folder, f"{uid}_{name}_{tag}.pt"))
+                    if write_best:
+                        save_torch(best["modules"][uid][name], os.path.join(folder, f"best_{uid}_{name}.pt"))
+            path = folder
+        else:
+            path = os.path.join(folder, f"agent_{tag}.pt")
+            save_torch(self._module_states(lambda uid, name, module: self._get_internal_value(module)), path)
+            if write_best:
+                states = self._module_states(lambda uid, name, module: best["modules"][uid][name])
+                save_torch(states, os.path.join(folder, "best_agent.pt"))
+        best["saved"] = best["saved"] or write_best
+        self.last_checkpoint = (timestep, path)
+
+    def _module_states(self, state: Callable[[str, str, Any], Any]) -> dict[str, dict[str, Any]]:
+        """``{agent: {module name: state(agent, name, module)}}`` over the checkpoint modules."""
+        return {
+            uid: {name: state(uid, name, module) for name, module in self.checkpoint_modules[uid].items()}
+            for uid in self.possible_agents
+        }
 
     def _shift(self, timestep: int | None, timesteps: int | None) -> tuple[int | None, int | None]:
         """The trainer's ``timestep`` (from 0) and ``timesteps`` (steps it runs) as the run's: both plus the steps
