@@ -34,6 +34,7 @@ __all__ = [
     "StepResult",
     "StepTrainer",
     "StepTrainerCfg",
+    "env_info_hook",
     "interact",
     "mean_episode_return",
     "track_phase_times",
@@ -253,7 +254,7 @@ class StepTrainer(_SkrlStepTrainer):
             timesteps=timesteps,
             learn=training,
             deterministic=not training and not self.cfg.stochastic_evaluation,
-            infos_fn=self._env_hook(agent),
+            infos_fn=env_info_hook(agent, self.env, self.cfg),
             on_phase=track_phase_times(agent),
         )
 
@@ -266,15 +267,23 @@ class StepTrainer(_SkrlStepTrainer):
             self.observations, self.states = step.next_observations, step.next_states
         return step.next_observations, step.rewards, step.terminated, step.truncated, step.infos
 
-    def _env_hook(self, agent: MultiAgent) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
-        """The ``infos_fn`` of :func:`interact` that renders and tracks ``infos[cfg.environment_info]`` as skrl does."""
 
-        def after_env_step(timestep: int, infos: dict[str, Any]) -> dict[str, Any]:
-            if not self.cfg.headless and not timestep % self.cfg.render_interval:
-                self.env.render()
-            for key, value in infos.get(self.cfg.environment_info, {}).items():
-                if isinstance(value, torch.Tensor) and value.numel() == 1:
-                    agent.track_data(key if "/" in key else f"Info / {key}", value.item())
-            return infos
+def env_info_hook(agent: MultiAgent, env: Any, cfg: Any) -> Callable[[int, dict[str, Any]], dict[str, Any]]:
+    """The ``infos_fn`` of :func:`interact` that does what skrl's trainers do after ``env.step``: render the env
+    every ``cfg.render_interval`` steps unless ``cfg.headless``, and track the scalars of
+    ``infos[cfg.environment_info]``.
 
-        return after_env_step
+    :param agent: The agent whose tracking data receives the scalars.
+    :param env: The env to render.
+    :param cfg: A skrl trainer config (``headless``, ``render_interval``, ``environment_info``).
+    """
+
+    def after_env_step(timestep: int, infos: dict[str, Any]) -> dict[str, Any]:
+        if not cfg.headless and not timestep % cfg.render_interval:
+            env.render()
+        for key, value in infos.get(cfg.environment_info, {}).items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                agent.track_data(key if "/" in key else f"Info / {key}", value.item())
+        return infos
+
+    return after_env_step

@@ -127,7 +127,7 @@ def test_missing_maddpg_is_one_line(monkeypatch, capsys):
         (["train", "--env-arg", "nokeyvalue"], "write KEY=VALUE"),
         (["train", "--device", "gpu0"], "not a torch device"),
         (["train", "--config", "/no/such.yaml"], "no such file"),
-        (["eval", "--checkpoint", "/no/such/run"], "expected a run directory"),
+        (["eval", "--checkpoint", "/no/such/run"], "/no/such/run does not exist"),
     ],
 )
 def test_bad_input_is_one_line(argv, expected, capsys):

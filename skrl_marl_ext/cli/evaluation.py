@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 from typing import Any
 
 from skrl_marl_ext.cli.build import build_env, build_runner
 from skrl_marl_ext.cli.errors import UsageError
-from skrl_marl_ext.cli.run_folder import FINAL_CHECKPOINT, RUN_FILE, return_stats
+from skrl_marl_ext.cli.run_folder import RUN_FILE, latest_checkpoint, read_run_file, return_stats
+from skrl_marl_ext.files import WriteError
 
 MAX_EVAL_STEPS = 100_000
 
@@ -48,19 +48,20 @@ def evaluate(args: argparse.Namespace) -> dict[str, tuple[float, float]]:
 
 def _load_run(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
     """``(run_dir, checkpoint, run.json)`` of ``eval --checkpoint`` (a run directory or a checkpoint in one)."""
+    option = f"--checkpoint {args.checkpoint}"
     path = os.path.abspath(args.checkpoint)
+    if not os.path.exists(path):
+        raise UsageError(f"{option}: {path} does not exist")
     if os.path.isdir(path):
-        run_dir, checkpoint = path, os.path.join(path, "checkpoints", FINAL_CHECKPOINT)
-    else:
-        run_dir, checkpoint = os.path.dirname(os.path.dirname(path)), path
-    run_file = os.path.join(run_dir, RUN_FILE)
-    if not os.path.isfile(checkpoint) or not os.path.isfile(run_file):
+        run = read_run_file(path, option=option)  # its checkpoint: final.pt, or the latest of a run stopped early
+        return path, latest_checkpoint(path, option=option)[1], run
+    run_dir = os.path.dirname(os.path.dirname(path))
+    if not os.path.isfile(os.path.join(run_dir, RUN_FILE)):
         raise UsageError(
-            f"--checkpoint {args.checkpoint}: expected a run directory of 'skrl-marl train' or a checkpoint in its "
-            f"checkpoints/ folder (with {RUN_FILE} in the run directory)"
+            f"{option}: expected a run directory of 'skrl-marl train' or a checkpoint in its checkpoints/ folder "
+            f"(with {RUN_FILE} in the run directory); {run_dir} has no {RUN_FILE}"
         )
-    with open(run_file) as file:
-        return run_dir, checkpoint, json.load(file)
+    return run_dir, path, read_run_file(run_dir, option=option)
 
 
 def run_episodes(agent, env, episodes: int, *, max_steps: int = MAX_EVAL_STEPS) -> list[tuple[int, dict]]:
@@ -90,14 +91,26 @@ def run_episodes(agent, env, episodes: int, *, max_steps: int = MAX_EVAL_STEPS) 
 
 
 def export(args: argparse.Namespace) -> str:
-    """``skrl-marl export``: write the models and preprocessors of a checkpoint for skrl's MAPPO/IPPO to play
-    (:func:`skrl_marl_ext.export.export_for_skrl`); prints one line saying what it leaves out."""
+    """``skrl-marl export``: write the models and preprocessors of a checkpoint (or a run folder's, as ``eval`` takes
+    it) for skrl's MAPPO/IPPO to play (:func:`skrl_marl_ext.export.export_for_skrl`); prints one line saying what it
+    leaves out."""
     from skrl_marl_ext.export import export_for_skrl
 
+    option = f"export {args.checkpoint}"
+    source = os.path.abspath(args.checkpoint)
+    if not os.path.exists(source):
+        raise UsageError(f"{option}: {source} does not exist")
+    if os.path.isdir(source):
+        read_run_file(source, option=option)
+        source = latest_checkpoint(source, option=option)[1]
     try:
-        left_out = export_for_skrl(args.checkpoint, args.out)
-    except (OSError, ValueError) as e:
+        left_out = export_for_skrl(source, args.out)
+    except ValueError as e:
         raise UsageError(str(e)) from None
-    line = f"skrl-marl: wrote {args.out} for skrl's MAPPO/IPPO load(); {left_out}"
+    except WriteError:
+        raise
+    except OSError as e:  # reading the source
+        raise UsageError(f"{option}: {e.strerror or e}") from None
+    line = f"skrl-marl: wrote {args.out} from {source} for skrl's MAPPO/IPPO load(); {left_out}"
     print(line)
     return line

@@ -26,6 +26,12 @@ def make_parser() -> argparse.ArgumentParser:
     _add_train_parser(commands)
     _add_eval_parser(commands)
     _add_export_parser(commands)
+    for command in commands.choices.values():
+        command.add_argument(
+            "--debug",
+            action="store_true",
+            help="on an error, print the traceback too (default: off, the error in one line)",
+        )
     return parser
 
 
@@ -52,7 +58,8 @@ def _add_task_options(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--env",
         default=DEFAULT_ENV,
-        help="vmas:<scenario> | pettingzoo:<module> | builtin:spread | builtin:memory (default: %(default)s)",
+        help="vmas:<scenario> | pettingzoo:<module> | mamujoco:<scenario>-<agent_conf> | builtin:spread | "
+        "builtin:memory (default: %(default)s)",
     )
     t.add_argument(
         "--env-arg",
@@ -68,7 +75,8 @@ def _add_task_options(t: argparse.ArgumentParser) -> None:
         "--timesteps",
         type=int,
         default=None,
-        help=f"env steps, each stepping every env (default: the config's trainer.timesteps, else {DEFAULT_TIMESTEPS})",
+        help="env steps, each stepping every env; with --resume the run's new length (to train a finished run "
+        f"further; else its own) (default: the config's trainer.timesteps, else {DEFAULT_TIMESTEPS})",
     )
 
 
@@ -127,9 +135,18 @@ def _add_output_options(t: argparse.ArgumentParser) -> None:
         "--resume",
         default=None,
         metavar="RUN_DIR",
-        help="continue the run in RUN_DIR (a run directory of train) from its newest checkpoint, with the run's own "
-        "config from its run.json, for its remaining steps, writing into RUN_DIR; the envs start new episodes "
+        help="continue the run in RUN_DIR (a run directory of train, or a checkpoint in its checkpoints/) from its "
+        "newest intact checkpoint (a damaged one is skipped with a warning), with the run's own config from its "
+        "run.json, to its last step or to --timesteps, writing into RUN_DIR; the envs start new episodes "
         "(default: none, a new run)",
+    )
+    t.add_argument(
+        "--from",
+        dest="start_from",
+        default=None,
+        metavar="CHECKPOINT",
+        help="with --resume: the checkpoint to go on from, a file or a step number (checkpoints/agent_<step>.pt) "
+        "(default: the newest intact one)",
     )
 
 
@@ -138,7 +155,8 @@ def _add_eval_parser(commands) -> None:
     e.add_argument(
         "--checkpoint",
         required=True,
-        help="run directory of 'skrl-marl train', or a .pt file in its checkpoints/ (required, no default)",
+        help="run directory of 'skrl-marl train' (its final.pt, else its newest intact checkpoint), or a .pt file in "
+        "its checkpoints/ (required, no default)",
     )
     e.add_argument(
         "--episodes", type=int, default=10, help="deterministic episodes to run and report (default: %(default)s)"
@@ -157,7 +175,11 @@ def _add_export_parser(commands) -> None:
     x = commands.add_parser(
         "export", help="write a checkpoint's models and preprocessors as a file skrl's MAPPO/IPPO load() reads"
     )
-    x.add_argument("checkpoint", help="checkpoint written by MAPPO, IPPO or MADDPG (a .pt file; required)")
+    x.add_argument(
+        "checkpoint",
+        help="checkpoint written by MAPPO, IPPO or MADDPG (a .pt file), or a run directory of train (its final.pt, "
+        "else its newest intact checkpoint) (required)",
+    )
     x.add_argument("--out", required=True, help="the file to write (required, no default)")
     x.set_defaults(threads=0)
 

@@ -1,26 +1,24 @@
-"""``train --resume RUN_DIR``: where a run goes on from (its newest checkpoint) and with which config (its own)."""
+"""``train --resume RUN_DIR``: where a run goes on from (its newest intact checkpoint, or the one ``--from`` names),
+for how long (its own steps, or ``--timesteps``) and with which config (its own)."""
 
 from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
-import re
 from typing import Any
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.cli.config import parse_env_args
 from skrl_marl_ext.cli.errors import UsageError
 from skrl_marl_ext.cli.parser import given
-from skrl_marl_ext.cli.run_folder import FINAL_CHECKPOINT, RUN_FILE
+from skrl_marl_ext.cli.run_folder import RUN_FILE, checkpoint_step, latest_checkpoint, read_run_file, read_steps
 
 RESUME_CONFLICTS = {
     "algo": "--algo",
     "env": "--env",
     "env_arg": "--env-arg",
     "num_envs": "--num-envs",
-    "timesteps": "--timesteps",
     "seed": "--seed",
     "config": "--config",
     "shared_policy": "--shared-policy",
@@ -30,30 +28,71 @@ RESUME_CONFLICTS = {
     "overrides": "SECTION.KEY=VALUE overrides",
 }
 """``train`` options that the run's ``run.json`` fixes (argparse name -> as typed): given with ``--resume`` they must
-agree with the run's."""
+agree with the run's. (``--timesteps`` is not one: with ``--resume`` it sets the run's new length.)"""
 
 
-def resume_point(args: argparse.Namespace) -> tuple[dict[str, Any], str, str, int]:
-    """``(run.json, run_dir, checkpoint, steps it completed)`` of ``--resume RUN_DIR``: the newest checkpoint is
-    ``checkpoints/agent_<T>.pt`` with the largest ``T``, or ``final.pt`` when it holds more steps.
+def resume_folder(resume: str) -> str:
+    """The run folder of ``--resume PATH``: ``PATH`` itself, or the run holding ``PATH`` when it is a checkpoint
+    (``RUN/checkpoints/agent_<T>.pt``).
 
-    :raises UsageError: When ``RUN_DIR`` is not a run of ``train``, has no checkpoint, has run all its steps, or an
-        option given with ``--resume`` disagrees with the run's own (naming the option).
+    :raises UsageError: When ``PATH`` does not exist.
     """
-    run_dir = os.path.abspath(args.resume)
-    run_file = os.path.join(run_dir, RUN_FILE)
-    if not os.path.isfile(run_file):
-        raise UsageError(f"--resume {args.resume}: expected a run directory of 'skrl-marl train' (with {RUN_FILE})")
-    with open(run_file) as file:
-        run = json.load(file)
+    path = os.path.abspath(resume)
+    if not os.path.exists(path):
+        raise UsageError(f"--resume {resume}: {path} does not exist")
+    return path if os.path.isdir(path) else os.path.dirname(os.path.dirname(path))
+
+
+def resume_point(args: argparse.Namespace, run_dir: str) -> tuple[dict[str, Any], str, int, int]:
+    """``(run.json, checkpoint, steps it completed, steps of the run)`` of ``--resume`` into ``run_dir``.
+
+    The checkpoint is the one ``--from`` names (a path or a step), the one ``--resume`` names when it is a file, else
+    the run's latest intact one (:func:`~skrl_marl_ext.cli.run_folder.latest_checkpoint`, which skips damaged files). The
+    run's steps are ``--timesteps`` where given (a finished run trains on to it), else its own.
+
+    :raises UsageError: When ``run_dir`` is not a run of ``train``, the checkpoint is missing or damaged, the run has
+        run all its steps, or an option given with ``--resume`` disagrees with the run's own (naming the option).
+    """
+    option = f"--resume {args.resume}"
+    run = read_run_file(run_dir, option=option)
     _check_options(args, run)
-    done, checkpoint = _newest_checkpoint(run_dir, args.resume)
-    if done >= run["timesteps"]:
+    named = getattr(args, "start_from", None) or (None if os.path.isdir(os.path.abspath(args.resume)) else args.resume)
+    if named is None:
+        done, checkpoint = latest_checkpoint(run_dir, option=option)
+    else:
+        checkpoint = _named_checkpoint(run_dir, named, option=option if args.resume == named else f"--from {named}")
+        try:
+            done = read_steps(checkpoint, option=f"--from {named}")
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    timesteps = args.timesteps if "timesteps" in given(args) else run["timesteps"]
+    if done >= timesteps:
+        what = "has completed its" if timesteps == run["timesteps"] else "is past"
         raise UsageError(
-            f"--resume {args.resume}: the run has completed its {run['timesteps']} steps ({checkpoint}); nothing to "
-            "resume (start a new run to train longer)"
+            f"{option}: the run {what} {timesteps} steps ({checkpoint} holds {done}); nothing to resume: pass "
+            f"--timesteps N with N > {done} to train it further"
         )
-    return run, run_dir, checkpoint, done
+    return run, checkpoint, done, timesteps
+
+
+def _named_checkpoint(run_dir: str, named: str, *, option: str) -> str:
+    """The checkpoint ``--from`` names: a path, or a step (``checkpoints/agent_<step>.pt``)."""
+    if named.isdigit():
+        path = os.path.join(run_dir, "checkpoints", f"agent_{int(named)}.pt")
+        if not os.path.isfile(path):
+            steps = sorted(s for s in map(checkpoint_step, _checkpoint_names(run_dir)) if s is not None)
+            have = f"{len(steps)} from step {steps[0]} to {steps[-1]}" if steps else "none"
+            raise UsageError(f"{option}: the run has no checkpoint of step {named} (it has {have}); give a step it has")
+        return path
+    path = os.path.abspath(named)
+    if not os.path.isfile(path):
+        raise UsageError(f"{option}: {path} does not exist (give a checkpoint file or a step number)")
+    return path
+
+
+def _checkpoint_names(run_dir: str) -> list[str]:
+    folder = os.path.join(run_dir, "checkpoints")
+    return os.listdir(folder) if os.path.isdir(folder) else []
 
 
 def _check_options(args: argparse.Namespace, run: dict[str, Any]) -> None:
@@ -63,9 +102,8 @@ def _check_options(args: argparse.Namespace, run: dict[str, Any]) -> None:
         "env": run["env"],
         "env_arg": run["env_kwargs"],
         "num_envs": run["num_envs"],
-        "timesteps": run["timesteps"],
-        "seed": run["seed"],
-        "overrides": run["overrides"],
+        "seed": run.get("seed"),
+        "overrides": run.get("overrides"),
     }
     for name in sorted(given(args) & set(RESUME_CONFLICTS)):
         value = getattr(args, name)
@@ -79,34 +117,6 @@ def _check_options(args: argparse.Namespace, run: dict[str, Any]) -> None:
                 f"{RESUME_CONFLICTS[name]} {value!r} disagrees with the run being resumed{theirs}: --resume continues "
                 f"the run with its own configuration from {RUN_FILE}; leave {RESUME_CONFLICTS[name]} out"
             )
-
-
-def _newest_checkpoint(run_dir: str, resume: str) -> tuple[int, str]:
-    """``(steps completed, path)`` of the run's checkpoint with the most steps (``resume`` as typed, for the error)."""
-    checkpoints = os.path.join(run_dir, "checkpoints")
-    found = []
-    for name in os.listdir(checkpoints) if os.path.isdir(checkpoints) else []:
-        match = re.fullmatch(r"agent_(\d+)\.pt", name)
-        if match:
-            found.append((int(match[1]), os.path.join(checkpoints, name)))
-    final = os.path.join(checkpoints, FINAL_CHECKPOINT)
-    if os.path.isfile(final):
-        found.append((_steps_completed(final), final))
-    if not found:
-        raise UsageError(f"--resume {resume}: no checkpoint in {checkpoints} to resume from")
-    return max(found)
-
-
-def _steps_completed(path: str) -> int:
-    """The steps a checkpoint of ours had completed (its ``progress``; 0 for a file without it)."""
-    from skrl_marl_ext.checkpoint import read_checkpoint
-
-    try:
-        modules = read_checkpoint(path, map_location="cpu", owner="--resume")
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    progress = [m.get("progress") for m in modules.values() if isinstance(m, dict)] if isinstance(modules, dict) else []
-    return max((int(p.get("timestep", 0)) for p in progress if isinstance(p, dict)), default=0)
 
 
 def resumed_config(

@@ -8,8 +8,10 @@ writes the run folder and prints the summary, and every rank checks at the end t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+import shutil
 import time
 from typing import Any
 
@@ -18,10 +20,24 @@ import torch
 from skrl_marl_ext import distributed
 from skrl_marl_ext.cli.build import build_env, build_runner, check_device
 from skrl_marl_ext.cli.config import parse_env_args, runner_config, train_config
-from skrl_marl_ext.cli.errors import RanksDisagree, UsageError
+from skrl_marl_ext.cli.errors import RanksDisagree, Stopped, UsageError
+from skrl_marl_ext.cli.loop import StopRequest, stop_on_signals, train_steps
 from skrl_marl_ext.cli.parser import given
-from skrl_marl_ext.cli.resume import resume_point, resumed_config
-from skrl_marl_ext.cli.run_folder import Episodes, read_episodes, run_name, train_summary, write_run
+from skrl_marl_ext.cli.resume import resume_folder, resume_point, resumed_config
+from skrl_marl_ext.cli.run_folder import (
+    FINAL_CHECKPOINT,
+    RUN_FILE,
+    Episodes,
+    RunLock,
+    create_run_folder,
+    read_episodes,
+    run_name,
+    train_summary,
+    write_episodes,
+    write_run,
+    write_run_file,
+)
+from skrl_marl_ext.files import remove_temporary_files
 
 
 def setup_torchrun(args: argparse.Namespace) -> bool:
@@ -51,66 +67,119 @@ class _Plan:
     """The Runner config, as the options set it."""
     device: str
     """The device asked for (``cuda`` means ``cuda:LOCAL_RANK`` under torchrun)."""
-    steps: int
-    """Steps this call trains."""
+    total: int
+    """The run's steps, to which this call trains."""
     checkpoint: str | None = None
     """The checkpoint that ``--resume`` starts from (None for a new run)."""
     done: int = 0
     """Steps that checkpoint had completed."""
+    earlier: Episodes = dataclasses.field(default_factory=list)
+    """The episodes the run had finished by step ``done`` (from its ``episodes.csv``)."""
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """``skrl-marl train``: returns the paths written (also printed as one summary line, by rank 0).
 
-    With ``--resume RUN_DIR`` the run in ``RUN_DIR`` goes on from its newest checkpoint (see
-    :func:`~skrl_marl_ext.cli.resume.resume_point`).
+    With ``--resume RUN_DIR`` the run in ``RUN_DIR`` goes on from its newest intact checkpoint (see
+    :func:`~skrl_marl_ext.cli.resume.resume_point`). One process at a time trains into a run folder (its lock is held
+    until the call returns); ``run.json`` is written before the first step and at each checkpoint.
 
+    :raises Stopped: When SIGINT or SIGTERM ended the run early (after a checkpoint was written).
     :raises RanksDisagree: When the ranks of a distributed run end with different parameters.
     """
     rank, world = distributed.rank(), distributed.world_size()
-    plan = _resumed_plan(args) if args.resume else _new_plan(args)
-    run, env_device = plan.run, distributed.torchrun_device(plan.device)
-    env = build_env(
-        run["env"], num_envs=run["num_envs"], device=env_device, seed=plan.cfg["seed"], env_kwargs=run["env_kwargs"]
-    )
-    runner = build_runner(env, plan.cfg)
-    if plan.checkpoint is not None:
-        try:
-            runner.agent.load(plan.checkpoint)
-        except ValueError as e:
-            raise UsageError(f"--resume {args.resume}: {e}") from None
+    # a signal reaches every rank of a distributed run at its own step: there the default handling stays
+    signals = stop_on_signals() if world == 1 else contextlib.nullcontext(StopRequest())
+    with signals as stop, contextlib.ExitStack() as held:
+        plan = _resumed_plan(args, held) if args.resume else _new_plan(args, held)
+        run, env_device = plan.run, distributed.torchrun_device(plan.device)
+        env = build_env(
+            run["env"], num_envs=run["num_envs"], device=env_device, seed=plan.cfg["seed"], env_kwargs=run["env_kwargs"]
+        )
+        runner = build_runner(env, plan.cfg)
+        agent = runner.agent
+        if plan.checkpoint is not None:
+            try:
+                agent.load(plan.checkpoint)
+            except ValueError as e:
+                raise UsageError(f"--resume {args.resume}: {e}") from None
+        record = _RunRecord(plan, env, writes=rank == 0)
+        record.started()
 
-    start = time.perf_counter()
-    runner.run("train")
-    seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        reached = train_steps(
+            agent,
+            env,
+            runner.trainer.cfg,
+            first=plan.done,
+            total=plan.total,
+            stop=stop,
+            on_checkpoint=lambda step: record.checkpointed(step, agent.last_checkpoint[1], time.perf_counter() - start),
+        )
+        seconds = time.perf_counter() - start
+        if stop.signal is not None and reached < plan.total:  # a signal during the last step lets the run finish
+            raise record.stopped(agent, reached, seconds, signal_name=stop.name, signal_number=stop.signal)
 
-    checksums = distributed.gather_checksums(_unique_models(runner.agent))  # every rank takes part
-    agree = bool((checksums == checksums[0]).all())
-    result = {"run_dir": plan.run_dir, "ranks": world, "ranks_agree": agree}
-    if rank == 0:
-        _write_results(runner.agent, env.episodes, plan, args, result, seconds=seconds, checksums=checksums)
+        checksums = distributed.gather_checksums(_unique_models(agent))  # every rank takes part
+        agree = bool((checksums == checksums[0]).all())
+        result = {"run_dir": plan.run_dir, "ranks": world, "ranks_agree": agree}
+        if rank == 0:
+            record.finished(agent, result, seconds=seconds, checksums=checksums)
     if not agree:
         raise RanksDisagree(f"the {world} ranks ended with different parameters")
     return result
 
 
-def _new_plan(args: argparse.Namespace) -> _Plan:
-    """A new run in ``--out``, from the options, the config and its overrides."""
+def _new_plan(args: argparse.Namespace, held: contextlib.ExitStack) -> _Plan:
+    """A new run in a new folder of ``--out`` (rank 0 creates it and holds its lock), from the options, the config
+    and its overrides."""
+    if getattr(args, "start_from", None) is not None:
+        raise UsageError("--from names the checkpoint of a --resume; give --resume RUN_DIR too")
     algo, cfg, timesteps = train_config(args)
     run = {"algo": algo, "env": args.env, "env_kwargs": parse_env_args(args.env_arg), "num_envs": args.num_envs}
-    name = distributed.broadcast_object(run_name(algo, args.env))
-    run_dir = os.path.abspath(os.path.join(args.out, name))
-    cfg = runner_config(cfg, args, run_name=name, timesteps=timesteps)
-    return _Plan(run, run_dir, cfg, device=args.device, steps=timesteps)
+    run_dir = None
+    if distributed.rank() == 0:
+        new_out = not os.path.isdir(args.out)
+        run_dir = create_run_folder(args.out, run_name(algo, args.env))
+        held.enter_context(RunLock(run_dir, option=f"--out {args.out}"))
+        held.callback(_remove_unstarted, run_dir, out=args.out if new_out else None)
+    run_dir = distributed.broadcast_object(run_dir)
+    cfg = runner_config(cfg, args, run_name=os.path.basename(run_dir), timesteps=timesteps)
+    run.update(
+        device=args.device,
+        seed=args.seed,
+        timesteps=timesteps,
+        ranks=distributed.world_size(),
+        overrides=list(args.overrides),
+        config=cfg,
+    )
+    return _Plan(run, run_dir, cfg, device=args.device, total=timesteps)
 
 
-def _resumed_plan(args: argparse.Namespace) -> _Plan:
-    """The run in ``--resume RUN_DIR``, for its remaining steps, on its own device unless ``--device`` is given."""
-    run, run_dir, checkpoint, done = resume_point(args)
-    steps = run["timesteps"] - done
-    cfg = resumed_config(run["config"], args, run_dir=run_dir, steps=steps, seed=run["seed"])
+def _remove_unstarted(run_dir: str, *, out: str | None) -> None:
+    """Remove the folder of a new run that failed before its first step (it has no ``run.json``), and ``out`` when
+    this run created it and it is left empty."""
+    if not os.path.isfile(os.path.join(run_dir, RUN_FILE)):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if out is not None and os.path.isdir(out) and not os.listdir(out):
+            os.rmdir(out)
+
+
+def _resumed_plan(args: argparse.Namespace, held: contextlib.ExitStack) -> _Plan:
+    """The run of ``--resume`` (its lock held by rank 0), from its checkpoint to its steps (or ``--timesteps``), on
+    its own device unless ``--device`` is given."""
+    run_dir = resume_folder(args.resume)
+    if distributed.rank() == 0:
+        held.enter_context(RunLock(run_dir, option=f"--resume {args.resume}"))
+        remove_temporary_files(os.path.join(run_dir, "checkpoints"))  # left by writes a kill cut short
+        remove_temporary_files(run_dir)
+    run, checkpoint, done, total = resume_point(args, run_dir)
+    cfg = resumed_config(run["config"], args, run_dir=run_dir, steps=total - done, seed=run["seed"])
     device = args.device if "device" in given(args) else run["device"]
-    return _Plan(run, run_dir, cfg, device=device, steps=steps, checkpoint=checkpoint, done=done)
+    earlier = [(step, r) for step, r in read_episodes(run_dir) if step <= done]
+    run["timesteps"] = total
+    run.setdefault("resumed", []).append({"from_step": done, "checkpoint": checkpoint, "device": device})
+    return _Plan(run, run_dir, cfg, device=device, total=total, checkpoint=checkpoint, done=done, earlier=earlier)
 
 
 def _unique_models(agent) -> list[torch.nn.Module]:
@@ -119,38 +188,63 @@ def _unique_models(agent) -> list[torch.nn.Module]:
     return list(models.values())
 
 
-def _write_results(
-    agent,
-    episodes: Episodes,
-    plan: _Plan,
-    args: argparse.Namespace,
-    result: dict[str, Any],
-    *,
-    seconds: float,
-    checksums: torch.Tensor,
-) -> None:
-    """Rank 0: complete ``run.json``, write the run folder (its paths go into ``result``), print the summary line."""
-    run, world = plan.run, distributed.world_size()
-    if plan.checkpoint is None:
+class _RunRecord:
+    """The run folder kept current as the run goes (by rank 0 alone: ``writes``): ``run.json`` and ``episodes.csv``
+    before the first step, at each checkpoint and at a stop; the final checkpoint, plot and summary line at the end."""
+
+    def __init__(self, plan: _Plan, env, *, writes: bool) -> None:
+        self.plan, self.env, self.writes = plan, env, writes
+        self.seconds_before = float(plan.run.get("train_seconds", 0.0))
+
+    def episodes(self) -> Episodes:
+        """The run's episodes: those before the checkpoint it started from, then this call's (steps counted from it)."""
+        return self.plan.earlier + [(self.plan.done + step, r) for step, r in self.env.episodes]
+
+    def _write(self, *, status: str, step: int, checkpoint: str | None, seconds: float) -> None:
+        if not self.writes:
+            return
+        run = self.plan.run
         run.update(
-            device=args.device,
-            seed=args.seed,
-            timesteps=plan.steps,
-            ranks=world,
-            overrides=list(args.overrides),
-            train_seconds=round(seconds, 2),
-            config=plan.cfg,
+            status=status, step=step, checkpoint=checkpoint, train_seconds=round(self.seconds_before + seconds, 2)
         )
-    else:  # the episodes up to the checkpoint, then this part's (its steps counted from the checkpoint's)
-        run["train_seconds"] = round(run.get("train_seconds", 0.0) + seconds, 2)
-        run.setdefault("resumed", []).append(
-            {"from_step": plan.done, "checkpoint": plan.checkpoint, "device": plan.device}
+        write_episodes(self.episodes(), run["num_envs"], os.path.join(self.plan.run_dir, "episodes.csv"))
+        write_run_file(self.plan.run_dir, run)
+
+    def started(self) -> None:
+        self._write(status="running", step=self.plan.done, checkpoint=self.plan.checkpoint, seconds=0.0)
+
+    def checkpointed(self, step: int, path: str, seconds: float) -> None:
+        self._write(status="running", step=step, checkpoint=path, seconds=seconds)
+
+    def stopped(self, agent, step: int, seconds: float, *, signal_name: str, signal_number: int) -> Stopped:
+        """Write a checkpoint of ``step`` (unless the agent has just written it) and the run's record; return the
+        :class:`Stopped` that ends the command (exit status ``128 + signal_number``)."""
+        written = agent.last_checkpoint
+        if step == self.plan.done and self.plan.checkpoint is not None:  # stopped before its first step
+            path = self.plan.checkpoint
+        else:
+            if self.writes and (written is None or written[0] != step):
+                agent.write_checkpoint(timestep=step, timesteps=self.plan.total)
+            path = agent.last_checkpoint[1] if agent.last_checkpoint else None
+        self._write(status="stopped", step=step, checkpoint=path, seconds=seconds)
+        return Stopped(
+            f"stopped by {signal_name} at step {step} of {self.plan.total}; checkpoint: {path}; go on with: "
+            f"skrl-marl train --resume {self.plan.run_dir}",
+            status=128 + signal_number,
         )
-        earlier = [(step, r) for step, r in read_episodes(plan.run_dir) if step <= plan.done]
-        episodes = earlier + [(plan.done + step, r) for step, r in episodes]
-    result.update(write_run(agent, run, plan.run_dir, episodes))
-    ranks = "" if world == 1 else f"; {world} ranks, parameters identical"
-    if not result["ranks_agree"]:
-        ranks = f"; {world} ranks, error: parameters differ across ranks (checksums {checksums.tolist()})"
-    frames = plan.steps * run["num_envs"] * world
-    print(train_summary(run, result, episodes, frames=frames, seconds=seconds, resumed_from=plan.done) + ranks)
+
+    def finished(self, agent, result: dict[str, Any], *, seconds: float, checksums: torch.Tensor) -> None:
+        """Rank 0: write the final checkpoint, ``run.json``, ``episodes.csv`` and plot (their paths go into
+        ``result``); print the summary line."""
+        plan, run, world = self.plan, self.plan.run, distributed.world_size()
+        episodes = self.episodes()
+        final = os.path.join(plan.run_dir, "checkpoints", FINAL_CHECKPOINT)
+        run.update(status="finished", step=plan.total, checkpoint=final)
+        run["train_seconds"] = round(self.seconds_before + seconds, 2)
+        result.update(write_run(agent, run, plan.run_dir, episodes))
+        ranks = "" if world == 1 else f"; {world} ranks, parameters identical"
+        if not result["ranks_agree"]:
+            ranks = f"; {world} ranks, error: parameters differ across ranks (checksums {checksums.tolist()})"
+        frames = (plan.total - plan.done) * run["num_envs"] * world
+        summary = train_summary(run, result, episodes, frames=frames, seconds=seconds, resumed_from=plan.done)
+        print(summary + ranks)

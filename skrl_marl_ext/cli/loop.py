@@ -1,0 +1,114 @@
+"""The training loop of ``skrl-marl train``: skrl's trainer loop, with the run's absolute step on the progress bar, a
+hook at each checkpoint (the run folder is brought up to date there), and a clean stop on Ctrl-C or SIGTERM.
+
+Each step is :func:`skrl_marl_ext.trainers.interact`, the body of skrl's ``SequentialTrainer`` loop for one
+multi-agent: the agent sees the calls, timesteps and env resets it would see under ``runner.run("train")``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import tqdm
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+"""Signals that end a run cleanly: the step under way finishes, a checkpoint is written, the command exits with
+``128 + signal number`` (130 for Ctrl-C, 143 for SIGTERM)."""
+
+
+class StopRequest:
+    """The first stop signal received while :func:`stop_on_signals` is active (None while none came)."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal is not None else ""
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """Turn SIGINT and SIGTERM into a :class:`StopRequest` the loop reads after each step (a second Ctrl-C stops at
+    once, with ``KeyboardInterrupt``); the previous handlers come back on exit. Outside the main thread (where Python
+    cannot install handlers) nothing changes."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def handle(signum: int, frame: Any) -> None:
+        if request.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        request.signal = request.signal or signum
+
+    previous = {name: signal.signal(getattr(signal, name), handle) for name in STOP_SIGNALS}
+    try:
+        yield request
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
+
+
+def train_steps(
+    agent: Any,
+    env: Any,
+    trainer_cfg: Any,
+    *,
+    first: int,
+    total: int,
+    stop: StopRequest,
+    on_checkpoint: Callable[[int], None],
+) -> int:
+    """Train ``agent`` from step ``first`` of the run to ``total`` (or until ``stop`` is requested); return the step
+    reached.
+
+    The trainer's ``timestep`` counts from 0, as skrl's trainers pass it: the agent adds the steps its checkpoint had
+    completed. The progress bar shows the run's step (``first`` to ``total``).
+
+    :param agent: The multi-agent, initialised by the trainer and loaded from the checkpoint of step ``first``.
+    :param env: Its env.
+    :param trainer_cfg: The trainer's config (``disable_progressbar``, ``headless``, ``environment_info``, ...).
+    :param on_checkpoint: Called with the run's step after each step at which the agent wrote a checkpoint.
+    """
+    from skrl.envs.wrappers.torch import MultiAgentEnvWrapper  # skrl only after the torchrun set-up
+
+    from skrl_marl_ext.trainers import env_info_hook, interact, track_phase_times
+
+    steps = total - first
+    agent.enable_training_mode(True)
+    observations, _ = env.reset()
+    states = env.state()
+    after_env_step, on_phase = env_info_hook(agent, env, trainer_cfg), track_phase_times(agent)
+    bar = tqdm.tqdm(total=total, initial=first, disable=trainer_cfg.disable_progressbar, file=sys.stdout)
+    with bar:
+        for timestep in range(steps):
+            if stop.signal is not None:  # asked before the first step (while the env and agent were built)
+                return first + timestep
+            written = agent.last_checkpoint
+            step = interact(
+                agent,
+                env,
+                observations,
+                states,
+                timestep=timestep,
+                timesteps=steps,
+                infos_fn=after_env_step,
+                on_phase=on_phase,
+            )
+            if env.num_envs == 1 and isinstance(env, MultiAgentEnvWrapper) and not env.agents:  # one env: its end
+                with torch.no_grad():
+                    observations, _ = env.reset()
+                    states = env.state()
+            else:
+                observations, states = step.next_observations, step.next_states
+            bar.update(1)
+            if agent.last_checkpoint is not written:
+                on_checkpoint(first + timestep + 1)
+    return total

@@ -1,0 +1,314 @@
+"""Nothing a run writes is lost: kills mid-write, a full disk, Ctrl-C and SIGTERM, SIGKILL, damaged files, two
+processes on one run folder, two runs started in the same second."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import multiprocessing
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import make_agent, make_models, one_thread, spread  # noqa: F401  (one_thread: autouse)
+
+from skrl_marl_ext import cli
+from skrl_marl_ext.checkpoint import read_checkpoint
+from skrl_marl_ext.files import WriteError
+
+SPREAD = ["--env", "builtin:spread", "--num-envs", "4", "--no-progress"]
+
+
+def _train(tmp_path, *extra) -> str:
+    assert cli.main(["train", *SPREAD, "--out", str(tmp_path), *extra]) == 0
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    return str(run_dir)
+
+
+def _run(run_dir) -> dict:
+    with open(os.path.join(run_dir, "run.json")) as file:
+        return json.load(file)
+
+
+def _steps(path) -> set[int]:
+    return {m["progress"]["timestep"] for m in read_checkpoint(path, map_location="cpu").values()}
+
+
+def _named_files(folder) -> list[str]:
+    """The files under a name of their own (not a temporary file of a write)."""
+    return sorted(n for n in os.listdir(folder) if not n.startswith("."))
+
+
+def _start(tmp_path, *argv) -> subprocess.Popen:
+    """``python -m skrl_marl_ext ARGV`` in its own process (cwd ``tmp_path``)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "skrl_marl_ext", *argv]
+    return subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, *, timeout=120.0, what="") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _checkpointed(run_dir, at_least=1) -> bool:
+    """Whether the run's ``run.json`` records a checkpoint of step ``at_least`` or later."""
+    try:
+        run = _run(run_dir)
+    except (OSError, ValueError):
+        return False
+    return run.get("checkpoint") is not None and run.get("step", 0) >= at_least
+
+
+# ---------------------------------------------------------------------------------------------------- writes
+
+
+def _write_forever(agent, folder) -> None:
+    """Write checkpoints as fast as possible: ``save()`` over three names and the trainer's numbered checkpoints."""
+    for step in range(1, 10**9):
+        agent.save(os.path.join(folder, f"saved_{step % 3}.pt"))
+        agent.write_checkpoint(timestep=step, timesteps=10**9)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks the writer (Linux)")
+def test_sigkill_during_writes_leaves_every_named_checkpoint_whole(tmp_path):
+    """A writer killed at random moments never leaves a damaged file under a checkpoint's name."""
+    env = spread(num_envs=4)
+    models = make_models(env, hidden=(256, 256))  # a file of about 1.5 MB: a kill often lands inside a write
+    agent = make_agent(env, models=models, cfg={"experiment": {"directory": str(tmp_path), "experiment_name": "w"}})
+    folder = os.path.join(tmp_path, "w", "checkpoints")
+    os.makedirs(folder, exist_ok=True)
+    agent.experiment_dir = os.path.join(tmp_path, "w")
+    context = multiprocessing.get_context("fork")
+    rng = random.Random(0)
+    for _ in range(10):
+        writer = context.Process(target=_write_forever, args=(agent, folder))
+        writer.start()
+        time.sleep(rng.uniform(0.2, 0.8))
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.join()
+        names = _named_files(folder)
+        assert names, "the writer wrote nothing before it was killed"
+        for name in names:
+            read_checkpoint(os.path.join(folder, name), map_location="cpu")  # raises on a damaged file
+    agent.load(os.path.join(folder, "saved_0.pt"))
+
+
+@contextlib.contextmanager
+def _full_disk(folder):
+    """``folder`` on a disk with 64 KiB free: a small tmpfs where this machine can mount one, else a folder whose
+    writes fail with ENOSPC once 64 KiB are written (the fault a full disk gives a write)."""
+    os.makedirs(folder)
+    mount = ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", folder]
+    if sys.platform == "linux" and os.geteuid() == 0 and subprocess.run(mount, capture_output=True).returncode == 0:
+        try:
+            free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+            with open(os.path.join(folder, "filler"), "wb") as filler:
+                filler.write(b"\0" * (free - 64 * 1024))
+            yield "tmpfs"
+        finally:
+            subprocess.run(["umount", "-l", folder], check=False)
+        return
+    real_fdopen, written = os.fdopen, [0]
+
+    class FullFile(io.FileIO):
+        def write(self, data):
+            written[0] += len(data)
+            if written[0] > 64 * 1024:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(data)
+
+    def fdopen(fd, mode="r", *args, **kwargs):
+        if "w" in mode and os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")).startswith(os.path.realpath(folder)):
+            written[0] = 0
+            return io.BufferedWriter(FullFile(fd, "wb"))
+        return real_fdopen(fd, mode, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fdopen", fdopen)
+        yield "injected ENOSPC"
+
+
+def test_save_on_a_full_disk_keeps_the_old_checkpoint(tmp_path):
+    env = spread(num_envs=4)
+    small = make_agent(env)
+    big = make_agent(env, models=make_models(env, hidden=(256, 256)))  # does not fit in 64 KiB
+    disk = os.path.join(tmp_path, "disk")
+    with _full_disk(disk):
+        path = os.path.join(disk, "agent.pt")
+        small.save(path)
+        before = open(path, "rb").read()
+        with pytest.raises(WriteError) as caught:
+            big.save(path)
+        message = str(caught.value)
+        assert len(message.splitlines()) == 1 and path in message and "No space left on device" in message
+        assert open(path, "rb").read() == before and _named_files(disk) in (["agent.pt"], ["agent.pt", "filler"])
+        assert not [n for n in os.listdir(disk) if n.endswith(".tmp")]
+        small.load(path)
+
+
+def test_a_full_disk_stops_a_cli_run_with_one_line(tmp_path, capsys):
+    disk = os.path.join(tmp_path, "disk")
+    with _full_disk(disk):
+        argv = ["train", *SPREAD, "--out", disk, "--timesteps", "40", "agent.experiment.checkpoint_interval=20"]
+        argv += ["models.policy.hidden_sizes=[256,256]"]
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "No space left on device" in err and "cannot write" in err, err
+        assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------------- stops
+
+
+def test_ctrl_c_then_resume_and_eval(tmp_path):
+    """Ctrl-C writes a checkpoint of the step reached and a run.json that --resume and eval read."""
+    out = os.path.join(tmp_path, "runs")
+    run = _start(tmp_path, "train", *SPREAD, "--out", out, "--timesteps", "100000")
+    _wait_for(lambda: os.path.isdir(out) and os.listdir(out), what="the run folder")
+    (run_dir,) = [os.path.join(out, n) for n in os.listdir(out)]
+    _wait_for(lambda: os.path.isfile(os.path.join(run_dir, "run.json")), what="run.json")
+    time.sleep(1.0)
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 130, err
+    line = [row for row in err.splitlines() if row.startswith("skrl-marl train")]
+    assert len(line) == 1 and "stopped by SIGINT at step" in line[0] and "--resume" in line[0], err
+    assert "Traceback" not in err
+    record = _run(run_dir)
+    assert record["status"] == "stopped" and 0 < record["step"] < 100000
+    assert _steps(record["checkpoint"]) == {record["step"]}
+
+    assert cli.main(["eval", "--checkpoint", run_dir, "--episodes", "2"]) == 0  # the newest checkpoint
+    stopped_at = record["step"]
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", str(stopped_at + 20), "--no-progress"]) == 0
+    record = _run(run_dir)
+    assert record["status"] == "finished" and record["timesteps"] == stopped_at + 20
+    assert _steps(os.path.join(run_dir, "checkpoints", "final.pt")) == {stopped_at + 20}
+
+
+def test_sigkill_then_resume_from_the_newest_intact_checkpoint(tmp_path, capsys):
+    out = os.path.join(tmp_path, "runs")
+    argv = ["train", *SPREAD, "--out", out, "--timesteps", "100000", "agent.experiment.checkpoint_interval=10"]
+    run = _start(tmp_path, *argv)
+    _wait_for(lambda: os.path.isdir(out) and os.listdir(out), what="the run folder")
+    (run_dir,) = [os.path.join(out, n) for n in os.listdir(out)]
+    _wait_for(lambda: _checkpointed(run_dir, 20), what="a checkpoint")
+    run.kill()
+    run.communicate(timeout=60)
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    newest = max(int(n[6:-3]) for n in os.listdir(checkpoints) if n.startswith("agent_"))
+    # the newest file damaged (a disk that failed, a copy cut short): skipped with one warning naming it
+    path = os.path.join(checkpoints, f"agent_{newest}.pt")
+    with open(path, "r+b") as file:
+        file.truncate(os.path.getsize(path) // 2)
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", str(newest + 10)]) == 0
+    captured = capsys.readouterr()
+    warnings = [row for row in captured.err.splitlines() if "warning" in row]
+    assert len(warnings) == 1 and f"agent_{newest}.pt" in warnings[0] and "damaged" in warnings[0]
+    assert f"resumed from step {newest - 10} of {newest + 10}" in captured.out
+    # the bar counts the run's steps, from the step resumed at
+    assert f"{newest + 10}/{newest + 10}" in captured.out and f" 0/{20}" not in captured.out
+    assert _steps(os.path.join(checkpoints, "final.pt")) == {newest + 10}
+
+
+def test_resume_from_a_named_checkpoint_and_damaged_run_json(tmp_path, capsys):
+    run_dir = _train(tmp_path, "--timesteps", "60", "agent.experiment.checkpoint_interval=20")
+    assert cli.main(["train", "--resume", run_dir, "--from", "20", "--timesteps", "40"]) == 0
+    assert "resumed from step 20 of 40" in capsys.readouterr().out
+    checkpoint = os.path.join(run_dir, "checkpoints", "agent_20.pt")
+    assert cli.main(["train", "--resume", checkpoint, "--timesteps", "30"]) == 0  # a checkpoint names its run
+    assert "resumed from step 20 of 30" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", run_dir, "--from", "25"]) == 2
+    assert "no checkpoint of step 25" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", "10"]) == 2
+    assert "pass --timesteps N with N > 30" in capsys.readouterr().err
+    with open(os.path.join(run_dir, "run.json"), "r+") as file:
+        file.truncate(100)
+    for argv in (["train", "--resume", run_dir], ["eval", "--checkpoint", run_dir]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "run.json is damaged" in err and "Traceback" not in err
+
+
+def test_export_and_eval_take_a_run_folder_or_a_checkpoint(tmp_path, capsys):
+    run_dir = _train(tmp_path, "--timesteps", "40", "agent.experiment.checkpoint_interval=20")
+    for source in (run_dir, os.path.join(run_dir, "checkpoints", "agent_20.pt")):
+        target = os.path.join(tmp_path, "play.pt")
+        assert cli.main(["export", source, "--out", target]) == 0
+        read_checkpoint(target)
+        assert cli.main(["eval", "--checkpoint", source, "--episodes", "1"]) == 0
+    missing = os.path.join(tmp_path, "nothing")
+    for argv in (["export", missing, "--out", target], ["eval", "--checkpoint", missing]):
+        assert cli.main(argv) == 2
+        assert f"{missing} does not exist" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------- processes
+
+
+def test_one_process_per_run_folder(tmp_path, capsys):
+    """A second --resume of a run being trained is refused naming the process; SIGTERM ends the first cleanly."""
+    run_dir = _train(tmp_path, "--timesteps", "20")
+    first = _start(tmp_path, "train", "--resume", run_dir, "--timesteps", "100000", "--no-progress")
+    lock = os.path.join(run_dir, "train.lock")
+    _wait_for(lambda: f"process {first.pid} " in open(lock).read(), what="the first process's lock")
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", "100000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"process {first.pid} " in err and "being trained by" in err
+
+    first.send_signal(signal.SIGTERM)
+    _, first_err = first.communicate(timeout=60)
+    assert first.returncode == 143 and "stopped by SIGTERM" in first_err, first_err
+    # the lock went with its process: the run goes on
+    stopped = _run(run_dir)["step"]
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", str(stopped + 4), "--no-progress"]) == 0
+    assert [r["from_step"] for r in _run(run_dir)["resumed"]] == [20, stopped]
+
+
+def test_a_killed_process_leaves_no_lock_behind(tmp_path):
+    run_dir = _train(tmp_path, "--timesteps", "20")
+    holder = _start(tmp_path, "train", "--resume", run_dir, "--timesteps", "100000", "--no-progress")
+    lock = os.path.join(run_dir, "train.lock")
+    _wait_for(lambda: f"process {holder.pid} " in open(lock).read(), what="the lock")
+    holder.kill()
+    holder.communicate(timeout=60)
+    assert f"process {holder.pid} " in open(lock).read()  # the file stays, the lock does not
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", "24", "--no-progress"]) == 0
+    assert f"process {os.getpid()} " in open(lock).read()
+
+
+def test_two_runs_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
+    monkeypatch.setattr(time, "strftime", lambda *args: "26-01-01_00-00-00")  # the second both runs start in
+    for _ in range(2):
+        assert cli.main(["train", *SPREAD, "--out", str(tmp_path), "--timesteps", "20"]) == 0
+    folders = sorted(p.name for p in tmp_path.iterdir())
+    assert folders == ["26-01-01_00-00-00_mappo_builtin-spread", "26-01-01_00-00-00_mappo_builtin-spread-2"]
+    for name in folders:
+        run = _run(tmp_path / name)
+        assert run["status"] == "finished" and run["config"]["agent"]["experiment"]["experiment_name"] == name
+        assert os.path.isfile(tmp_path / name / "checkpoints" / "final.pt")
+
+
+def test_a_run_that_fails_before_its_first_step_leaves_no_folder(tmp_path, capsys):
+    argv = ["train", *SPREAD, "--out", str(tmp_path / "runs"), "--timesteps", "20", "agent.rollouts=0"]
+    assert cli.main(argv) == 2
+    assert "rollouts" in capsys.readouterr().err and list(tmp_path.iterdir()) == []  # no run folder, no runs/
+
+
+def test_errors_during_a_run_are_one_line_and_debug_shows_the_traceback(tmp_path, capsys):
+    disk = os.path.join(tmp_path, "disk")
+    with _full_disk(disk):
+        argv = ["train", *SPREAD, "--out", disk, "--timesteps", "40", "agent.experiment.checkpoint_interval=20"]
+        argv += ["models.policy.hidden_sizes=[256,256]"]
+        assert cli.main([*argv, "--debug"]) == 1
+        err = capsys.readouterr().err
+        assert "Traceback" in err and err.strip().splitlines()[-1].startswith("skrl-marl train: error: cannot write")
