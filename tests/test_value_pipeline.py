@@ -287,7 +287,9 @@ def test_without_input_statistics_the_first_mini_batch_of_every_update_has_ratio
         for group in range(len(agent.groups)):  # each group's first mini-batch of the update
             kwargs, _ = surrogates.calls[update * per_update + group * epochs * mini_batches]
             ratio = torch.exp(kwargs["log_prob"].detach() - kwargs["old_log_prob"])
-            assert torch.equal(ratio, torch.ones_like(ratio)), (update, group, float((ratio - 1).abs().max()))
+            # one by one, not bitwise: the mini-batch's matmul may take another kernel than the rollout's on some CPUs;
+            # statistics refreshed too early move the ratio by far more than float rounding
+            assert float((ratio - 1).abs().max()) < 1e-5, (update, group, float((ratio - 1).abs().max()))
 
 
 @pytest.mark.parametrize("algo", ["mappo", "ippo"])
