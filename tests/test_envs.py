@@ -14,6 +14,7 @@ from skrl.trainers.torch import SequentialTrainer
 
 from skrl_marl_ext import AGENT_MASK_KEY, IPPO, MAPPO
 from skrl_marl_ext.envs import BatchedParallelEnvWrapper, EpisodeRecorder, SpreadEnv, make_pettingzoo_env
+from skrl_marl_ext.keys import FINAL_STATES_KEY
 from skrl_marl_ext.models import ACTION_MASK_KEY, CategoricalMLP, GaussianMLP, ValueMLP
 
 QUIET = {"write_interval": 0, "checkpoint_interval": 0}
@@ -169,6 +170,104 @@ def test_batched_pettingzoo_action_masks_reach_the_policy():
     for actions, live in zip(seen[1:], alive, strict=True):
         assert torch.all(actions.view(-1)[live] == 2)
     assert sum(int(live.sum()) for live in alive) > 20
+
+
+class StateOnlyEnv:
+    """A ParallelEnv as MaMuJoCo is: float64 Box spaces, a ``state()`` but no ``state_space``; episodes of 3 steps."""
+
+    metadata = {"name": "state_only_v0"}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["left", "right"]
+        self.agents: list[str] = []
+        self.received: list[dict[str, np.dtype]] = []
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(-1e300, 1e300, (2,), dtype=np.float64)  # bounds beyond float32's range
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Box(-1.0, 1.0, (1,), dtype=np.float64)
+
+    def state(self):
+        return np.array([self.t, 0.5, 0.25])
+
+    def _obs(self):
+        return {uid: np.array([self.t, i + 0.1]) for i, uid in enumerate(self.possible_agents)}
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return self._obs(), {uid: {} for uid in self.agents}
+
+    def step(self, actions):
+        self.received.append({uid: action.dtype for uid, action in actions.items()})
+        self.t += 1
+        ended = self.t == 3
+        self.agents = [] if ended else self.agents
+        done = dict.fromkeys(self.possible_agents, ended)
+        return self._obs(), dict.fromkeys(self.possible_agents, 1.0), dict.fromkeys(done, False), done, {}
+
+
+def test_batched_pettingzoo_float64_spaces_and_a_state_without_state_space():
+    copies = []
+
+    def make():
+        copies.append(StateOnlyEnv())
+        return copies[-1]
+
+    env = BatchedParallelEnvWrapper(make, num_envs=2)
+    box = gymnasium.spaces.Box(-np.inf, np.inf, (2,), dtype=np.float32)
+    assert env.observation_spaces == {"left": box, "right": box}
+    assert env.action_spaces["left"] == gymnasium.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
+    assert env.state_spaces["left"] == gymnasium.spaces.Box(-np.inf, np.inf, (3,), dtype=np.float32)
+    observations, _ = env.reset()
+    assert observations["right"].dtype == torch.float32
+    assert env.state()["right"].tolist() == [[0, 0.5, 0.25]] * 2 and env.state()["right"].dtype == torch.float32
+    steps = [env.step({uid: torch.zeros(2, 1) for uid in env.possible_agents}) for _ in range(3)]
+    assert steps[2][4][FINAL_STATES_KEY]["left"].tolist() == [[3, 0.5, 0.25]] * 2  # before the reset
+    assert env.state()["left"].tolist() == [[0, 0.5, 0.25]] * 2  # after it
+    assert copies[0].received[0] == {"left": np.float64, "right": np.float64}  # actions in the env's dtype
+    assert _dying_batch([4]).state_spaces == {"runner": None, "dier": None}  # no state(): no state
+
+
+def _write_package(root, name: str) -> None:
+    """``name`` with ``envs/tag_v1.py`` (re-exported as ``name.tag_v1``) and ``broken_v0.py`` (a missing import)."""
+    (root / name / "envs").mkdir(parents=True)
+    (root / name / "__init__.py").write_text(f"from {name}.envs import tag_v1\n")
+    (root / name / "envs" / "__init__.py").write_text("")
+    (root / name / "envs" / "tag_v1.py").write_text("from dying_env import parallel_env  # noqa: F401\n")
+    (root / name / "broken_v0.py").write_text("import no_such_dependency_xyz  # noqa: F401\n")
+
+
+def test_pettingzoo_import_errors_tell_a_missing_package_from_a_wrong_module_path(tmp_path, monkeypatch):
+    with pytest.raises(ImportError, match=r"no package 'no_such_zoo_xyz'; install it: pip install no_such_zoo_xyz$"):
+        make_pettingzoo_env("no_such_zoo_xyz.tag_v1")
+    _write_package(tmp_path / "site", "zoo_xyz")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    assert make_pettingzoo_env("zoo_xyz.tag_v1", num_envs=1).possible_agents == ["runner", "dier"]  # a re-export
+    with pytest.raises(ImportError, match=r"^package 'zoo_xyz' is installed but has no module 'zoo_xyz.envs.tag_v2'; "):
+        make_pettingzoo_env("zoo_xyz.envs.tag_v2")
+    with pytest.raises(ImportError, match=r"did you mean zoo_xyz.envs.tag_v1\?$"):
+        make_pettingzoo_env("zoo_xyz.tag_v2")
+    with pytest.raises(ImportError, match=r"'zoo_xyz.broken_v0'.*install it: pip install no_such_dependency_xyz$"):
+        make_pettingzoo_env("zoo_xyz.broken_v0")
+
+
+def test_missing_gymnasium_robotics_is_one_clear_error(monkeypatch):
+    import importlib.util
+
+    from skrl_marl_ext.envs import make_env
+
+    real = importlib.util.find_spec
+    hidden = lambda name, *a: None if name == "gymnasium_robotics" else real(name, *a)  # noqa: E731
+    monkeypatch.setattr(importlib.util, "find_spec", hidden)
+    with pytest.raises(ImportError, match=r"pip install 'skrl-marl-ext\[mamujoco\]'"):
+        make_env("mamujoco:HalfCheetah-2x3", num_envs=1)
+
+
+def test_mpe_misspelled_module_names_the_right_one():
+    pytest.importorskip("mpe2")
+    with pytest.raises(ImportError, match=r"^package 'mpe2' is installed .* did you mean mpe2.simple_spread_v3"):
+        make_pettingzoo_env("mpe2.simple_sprad_v3")
 
 
 def test_mpe_simple_spread_and_speaker_listener():

@@ -1,8 +1,11 @@
-"""Environments: VMAS and batched PettingZoo wrappers, an episode recorder, and small built-in envs (spread, memory).
+"""Environments: VMAS, batched PettingZoo and MaMuJoCo wrappers, an episode recorder, and small built-in envs
+(spread, memory).
 
-The VMAS and PettingZoo wrappers import their packages only when an env is made, so both extras stay optional.
+The VMAS, PettingZoo and MaMuJoCo wrappers import their packages only when an env is made, so the extras stay
+optional.
 """
 
+from skrl_marl_ext.envs.mamujoco import make_mamujoco_env
 from skrl_marl_ext.envs.memory import MemoryEnv, make_memory_env
 from skrl_marl_ext.envs.pettingzoo_batched import BatchedParallelEnvWrapper, make_pettingzoo_env
 from skrl_marl_ext.envs.recorder import EpisodeRecorder
@@ -17,6 +20,7 @@ __all__ = [
     "SpreadEnv",
     "VmasWrapper",
     "make_env",
+    "make_mamujoco_env",
     "make_memory_env",
     "make_pettingzoo_env",
     "make_spread_env",

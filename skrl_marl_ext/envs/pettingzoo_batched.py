@@ -8,7 +8,8 @@ ends, so the observations returned by ``step`` are those of the new episode for 
 What the agents see:
 
 - Observations ``{agent: (num_envs, obs_size)}`` float32 (flattened with skrl's space utilities). An agent absent
-  from a copy (dead, not yet joined) gets zeros there.
+  from a copy (dead, not yet joined) gets zeros there. Floating-point Box spaces are exposed as float32 (the models'
+  dtype; MuJoCo envs declare float64), and Box actions are cast back to the env's dtype.
 - ``infos["agent_mask"][agent]``: bool ``(num_envs, 1)``, True where the agent acted in the step (it was in the
   copy's ``agents`` before the step). :mod:`skrl_marl_ext`'s agents drop transitions where it is False.
 - Action masks: an observation space ``Dict(observation=..., action_mask=...)`` (PettingZoo's convention) is exposed
@@ -18,8 +19,10 @@ What the agents see:
 - Rewards ``(num_envs, 1)``: 0 where the agent is absent. ``terminated``/``truncated`` ``(num_envs, 1)``: an agent
   absent from a copy counts as terminated there, so a copy's episode has ended exactly where every agent is
   terminated or truncated.
-- The global state is the env's ``state()`` when it has ``state_space`` (e.g. mpe2), shape ``(num_envs, state_size)``;
-  otherwise there is none (None), and only IPPO-style critics can be used.
+- The global state is the env's ``state()``, shape ``(num_envs, state_size)`` float32. Its space is the env's
+  ``state_space`` (e.g. mpe2) or, for an env with ``state()`` but no ``state_space`` (e.g. MaMuJoCo), a Box of the size
+  of one ``state()`` after a reset of the first copy. An env whose ``state()`` is PettingZoo's unimplemented default
+  has none (None), and only IPPO-style critics can be used.
 - ``infos["final_observations"][agent]`` ``(num_envs, obs_size)`` and ``infos["final_states"][agent]``, at a step
   where some copy's episode ended: that copy's last observations and state, before the reset (other rows: the copies'
   current ones). The time-limit bootstrap of the agents uses them (see :mod:`skrl_marl_ext.keys`).
@@ -27,7 +30,10 @@ What the agents see:
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +54,35 @@ def _split_action_mask(space: gymnasium.Space) -> tuple[gymnasium.Space, bool]:
             return rest["observation"], True
         return gymnasium.spaces.Dict(rest), True
     return space, False
+
+
+def _float32_space(space: gymnasium.Space) -> gymnasium.Space:
+    """``space`` with every floating-point Box (also inside a Dict or Tuple) as float32; other spaces as they are."""
+    if isinstance(space, gymnasium.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        if space.dtype == np.float32:
+            return space
+        with np.errstate(over="ignore"):  # bounds beyond float32's range become infinite
+            return gymnasium.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+    if isinstance(space, gymnasium.spaces.Dict):
+        return gymnasium.spaces.Dict({key: _float32_space(value) for key, value in space.spaces.items()})
+    if isinstance(space, gymnasium.spaces.Tuple):
+        return gymnasium.spaces.Tuple(tuple(_float32_space(value) for value in space.spaces))
+    return space
+
+
+def _state_space(env: Any, seed: int | None) -> gymnasium.Space | None:
+    """The env's ``state_space`` as float32; else a Box the size of one ``state()`` after a reset; else None."""
+    space = getattr(env, "state_space", None)
+    if space is not None:
+        return _float32_space(space)
+    if not callable(getattr(env, "state", None)):
+        return None
+    env.reset(seed=seed)  # the wrapper's first reset seeds the copy again
+    try:
+        size = np.asarray(env.state()).size
+    except NotImplementedError:  # PettingZoo's ParallelEnv.state() default
+        return None
+    return gymnasium.spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
 
 
 class BatchedParallelEnvWrapper(BatchedWrapper):
@@ -86,9 +121,11 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         raw_spaces = {uid: first.observation_space(uid) for uid in self._possible_agents}
         self._observation_spaces, self._has_mask = {}, {}
         for uid, space in raw_spaces.items():
-            self._observation_spaces[uid], self._has_mask[uid] = _split_action_mask(space)
-        self._action_spaces = {uid: first.action_space(uid) for uid in self._possible_agents}
-        self._state_space = getattr(first, "state_space", None)
+            space, self._has_mask[uid] = _split_action_mask(space)
+            self._observation_spaces[uid] = _float32_space(space)
+        self._env_action_spaces = {uid: first.action_space(uid) for uid in self._possible_agents}
+        self._action_spaces = {uid: _float32_space(space) for uid, space in self._env_action_spaces.items()}
+        self._state_space = _state_space(first, seed)
         self._zeros = {
             uid: np.zeros(compute_space_size(space, occupied_size=True), dtype=np.float32)
             for uid, space in self._observation_spaces.items()
@@ -131,6 +168,8 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
                 value = obs.get(uid)
                 if value is None:
                     rows.append(self._zeros[uid])
+                elif isinstance(space, gymnasium.spaces.Box):
+                    rows.append(np.asarray(value).reshape(-1))
                 else:
                     flat = flatten_tensorized_space(tensorize_space(space, value, device="cpu"))
                     rows.append(flat.reshape(-1).numpy())
@@ -162,11 +201,12 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         return self._stack_observations(), self._infos()
 
     def _numpy_action(self, uid: str, action: torch.Tensor) -> Any:
-        space = self._action_spaces[uid]
+        space = self._env_action_spaces[uid]
         if isinstance(space, gymnasium.spaces.Discrete):
             return action.reshape(-1).long().cpu().numpy()
         if isinstance(space, gymnasium.spaces.Box):
-            return action.reshape(self._num_envs, *space.shape).cpu().numpy().clip(space.low, space.high)
+            action = action.reshape(self._num_envs, *space.shape).cpu().numpy()
+            return action.astype(space.dtype, copy=False).clip(space.low, space.high)
         return action.reshape(self._num_envs, -1).cpu().numpy()
 
     def step(self, actions: dict[str, torch.Tensor]):
@@ -201,7 +241,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
 
         def per_agent(array: np.ndarray, dtype: torch.dtype) -> dict[str, torch.Tensor]:
             tensor = torch.as_tensor(array, dtype=dtype, device=self.device)
-            return {uid: tensor[a].view(-1, 1) for a, uid in enumerate(agents)}
+            return dict(zip(agents, tensor.unsqueeze(-1).unbind(0), strict=True))  # (num_envs, 1) views
 
         infos = self._infos()
         infos[AGENT_MASK_KEY] = per_agent(acted, torch.bool)
@@ -245,6 +285,67 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
             env.close()
 
 
+_EXTRAS = {"mpe2": "'skrl-marl-ext[mpe]'", "gymnasium_robotics": "'skrl-marl-ext[mamujoco]'"}
+"""What to install for a package that has an extra of this package (others: ``pip install <package>``)."""
+
+
+def import_env_module(module: str) -> Any:
+    """Import the PettingZoo env module ``module``, or reach it as an attribute of its package (a re-export such as
+    ``gymnasium_robotics.mamujoco_v1``).
+
+    :raises ImportError: Saying what to install when the package (or a module it imports) is missing, or which
+        modules of the package are named like ``module`` when the package is installed but has no such module.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing, message = e.name or "", e.msg
+    package = module.split(".")[0]
+    if missing != module and not module.startswith(missing + "."):  # a module that it imports is missing
+        hint = missing.split(".")[0] or _EXTRAS.get(package, package)
+        raise ImportError(f"cannot import PettingZoo env module '{module}' ({message}); install it: pip install {hint}")
+    if missing == package:
+        hint = _EXTRAS.get(package, package)
+        raise ImportError(
+            f"cannot import PettingZoo env module '{module}': no package '{package}'; install it: pip install {hint}"
+        )
+    found: Any = importlib.import_module(missing.rpartition(".")[0])  # the deepest module of the path that exists
+    for name in module[len(found.__name__) + 1 :].split("."):
+        found = getattr(found, name, None)
+    if found is not None:
+        return found
+    close = _close_modules(package, module)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise ImportError(f"package '{package}' is installed but has no module '{module}'{hint}")
+
+
+def _close_modules(package: str, module: str, *, limit: int = 5000) -> list[str]:
+    """Up to 3 modules of ``package`` whose last name part is like ``module``'s, found on disk (nothing imported)."""
+    spec = importlib.util.find_spec(package)
+    roots = (spec.submodule_search_locations or []) if spec is not None else []
+    names: list[str] = []
+    for root in roots:
+        for directory, subdirectories, files in os.walk(root):
+            subdirectories[:] = [d for d in subdirectories if d.isidentifier() and d != "__pycache__"]
+            relative = os.path.relpath(directory, root)
+            prefix = package if relative == "." else ".".join([package, *relative.split(os.sep)])
+            stems = [f[:-3] for f in files if f.endswith(".py") and f[:-3].isidentifier() and f != "__init__.py"]
+            names += [f"{prefix}.{stem}" for stem in stems + subdirectories]
+            if len(names) > limit:  # a huge package: suggest from what was seen
+                break
+    leaf = module.rpartition(".")[2]
+    # the last part decides (the leading parts are mostly shared), the whole path breaks ties
+    likeness = {
+        name: (
+            difflib.SequenceMatcher(None, name.rpartition(".")[2], leaf).ratio(),
+            difflib.SequenceMatcher(None, name, module).ratio(),
+        )
+        for name in names
+    }
+    ranked = sorted(names, key=likeness.__getitem__, reverse=True)[:3]
+    return [name for name in ranked if likeness[name][0] >= 0.75]
+
+
 def make_pettingzoo_env(
     module: str,
     *,
@@ -256,21 +357,18 @@ def make_pettingzoo_env(
     """Batch ``num_envs`` copies of the PettingZoo env ``module.parallel_env(**env_kwargs)``.
 
     :param module: Importable module with a ``parallel_env`` function, e.g. ``"mpe2.simple_spread_v3"`` or
-        ``"pettingzoo.butterfly.cooperative_pong_v5"``.
+        ``"pettingzoo.butterfly.cooperative_pong_v5"`` (or a package's attribute that is one, e.g.
+        ``"gymnasium_robotics.mamujoco_v1"``).
     :param num_envs: Number of copies.
     :param device: Device of the returned tensors.
     :param seed: Seed of the first reset (copy ``i`` gets ``seed + i``).
     :param env_kwargs: Arguments of ``parallel_env`` (e.g. ``N=3, max_cycles=25, continuous_actions=True``).
 
-    :raises ImportError: If the module (or its package) is not installed; the message says what to install.
+    :raises ImportError: If the module (or its package) is not installed, or the package has no such module; the
+        message says what to install or which module names are close.
     :raises ValueError: If the module has no ``parallel_env``.
     """
-    try:
-        imported = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        package = module.split(".")[0]
-        hint = "pip install 'skrl-marl-ext[mpe]'" if package == "mpe2" else f"pip install {package}"
-        raise ImportError(f"cannot import PettingZoo env module '{module}' ({e.msg}); install it: {hint}") from None
+    imported = import_env_module(module)
     if not hasattr(imported, "parallel_env"):
         raise ValueError(
             f"'{module}' has no parallel_env(); give a PettingZoo env module such as mpe2.simple_spread_v3"

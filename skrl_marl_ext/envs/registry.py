@@ -1,4 +1,5 @@
-"""Env specs as the command line writes them: ``vmas:<scenario>``, ``pettingzoo:<module>``, ``builtin:<name>``."""
+"""Env specs as the command line writes them: ``vmas:<scenario>``, ``pettingzoo:<module>``,
+``mamujoco:<scenario>-<agent_conf>``, ``builtin:<name>``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 
 BUILTIN_ENVS = ("spread", "memory")
-KINDS = ("vmas", "pettingzoo", "builtin")
+KINDS = ("vmas", "pettingzoo", "mamujoco", "builtin")
 
 
 def make_env(
@@ -22,12 +23,14 @@ def make_env(
     """Make the skrl multi-agent env that ``spec`` names.
 
     :param spec: ``"vmas:<scenario>"`` (e.g. ``vmas:balance``), ``"pettingzoo:<module>"`` (a module with
-        ``parallel_env``, e.g. ``pettingzoo:mpe2.simple_spread_v3``) or ``"builtin:<name>"`` (``spread`` or
-        ``memory``).
+        ``parallel_env``, e.g. ``pettingzoo:mpe2.simple_spread_v3``), ``"mamujoco:<scenario>-<agent_conf>"`` (a
+        Gymnasium-Robotics MaMuJoCo body split between agents, e.g. ``mamujoco:HalfCheetah-2x3``) or
+        ``"builtin:<name>"`` (``spread`` or ``memory``).
     :param num_envs: Number of envs stepped as one batch.
     :param device: Device of the returned tensors (and of the simulation, for VMAS and builtin envs).
     :param seed: Seed of the env.
-    :param kwargs: Passed to the env: the VMAS scenario, ``parallel_env``, :class:`SpreadEnv` or :class:`MemoryEnv`.
+    :param kwargs: Passed to the env: the VMAS scenario, ``parallel_env`` (also MaMuJoCo's, e.g. ``agent_obsk=1``),
+        :class:`SpreadEnv` or :class:`MemoryEnv`.
 
     :raises ValueError: On a malformed spec or an unknown kind/name (the message says what to type).
     :raises ImportError: When the env's package is missing (the message says what to install).
@@ -36,7 +39,8 @@ def make_env(
     if not name or kind not in KINDS:
         raise ValueError(
             f"bad env '{spec}': write vmas:<scenario> (e.g. vmas:balance), pettingzoo:<module> "
-            "(e.g. pettingzoo:mpe2.simple_spread_v3) or builtin:<name> (builtin envs: " + ", ".join(BUILTIN_ENVS) + ")"
+            "(e.g. pettingzoo:mpe2.simple_spread_v3), mamujoco:<scenario>-<agent_conf> (e.g. mamujoco:HalfCheetah-2x3) "
+            "or builtin:<name> (builtin envs: " + ", ".join(BUILTIN_ENVS) + ")"
         )
     if kind == "vmas":
         from skrl_marl_ext.envs.vmas_env import make_vmas_env
@@ -46,6 +50,11 @@ def make_env(
         from skrl_marl_ext.envs.pettingzoo_batched import make_pettingzoo_env
 
         return make_pettingzoo_env(name, num_envs=num_envs, device=device, seed=seed, **kwargs)
+    if kind == "mamujoco":
+        from skrl_marl_ext.envs.mamujoco import make_mamujoco_env, parse_mamujoco_name
+
+        scenario, agent_conf = parse_mamujoco_name(name)
+        return make_mamujoco_env(scenario, agent_conf, num_envs=num_envs, device=device, seed=seed, **kwargs)
     if name not in BUILTIN_ENVS:
         raise ValueError(f"unknown builtin env '{name}'; builtin envs: {', '.join(BUILTIN_ENVS)}")
     if name == "memory":
