@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 from skrl.multi_agents.torch import ExperimentCfg, MultiAgentCfg
 
 
-def _unknown_key_error(owner: str, key: str, known: list[str]) -> ValueError:
+def unknown_key_error(owner: str, key: str, known: list[str]) -> ValueError:
+    """``owner: unknown config key 'key'. Did you mean '<closest>'? Valid keys: ...`` (the Runner's check uses it too)."""
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" Did you mean '{close[0]}'?" if close else ""
     return ValueError(f"{owner}: unknown config key '{key}'.{hint} Valid keys: {', '.join(sorted(known))}")
@@ -26,7 +27,7 @@ def _dataclass_from_dict(cls: type, values: dict[str, Any], owner: str):
     known = [f.name for f in dataclasses.fields(cls)]
     for key in values:
         if key not in known:
-            raise _unknown_key_error(owner, key, known)
+            raise unknown_key_error(owner, key, known)
     return cls(**values)
 
 

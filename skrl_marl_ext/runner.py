@@ -3,7 +3,15 @@
 skrl's :class:`skrl.utils.runner.torch.Runner` maps class names to classes through a hard-coded table, so a YAML
 file written for skrl (an Isaac Lab ``skrl_mappo_cfg.yaml``, say, 1.x key names included) always builds skrl's own
 MAPPO. :class:`Runner` is that Runner with the multi-agent entries pointing here. Everything else (model
-instantiators, ``RandomMemory``, ``SequentialTrainer``, the 1.x key mapping, preprocessor resolution) is skrl's.
+instantiators, ``RandomMemory``, ``SequentialTrainer``, the 1.x key mapping) is skrl's, with two differences:
+
+- **A config never runs code.** skrl's Runner ``eval()``s the strings of its class-valued fields and its instantiators
+  ``exec`` source built from a model's ``network``/``output``; here class names resolve from tables
+  (:data:`MODELS`, :data:`skrl_marl_ext.config_check.CLASSES`) and networks are allowed only when made of skrl's
+  documented tokens (:mod:`skrl_marl_ext.config_check`). ``exploration_scheduler`` expressions are refused.
+- **Every value is checked by name** against the field or argument it sets (the agent's config dataclass, the model's,
+  memory's and trainer's signatures) before anything is built: one-line ``ValueError`` naming the field, the type
+  expected and the value received; ``1e-3`` read by YAML as a string is the number it means.
 
 Additions, all optional in the YAML:
 
@@ -31,16 +39,25 @@ Additions, all optional in the YAML:
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import gymnasium
 import numpy as np
 from skrl import logger
 from skrl.envs.wrappers.torch import MultiAgentEnvWrapper
+from skrl.utils.model_instantiators.torch import (
+    categorical_model,
+    deterministic_model,
+    gaussian_model,
+    multicategorical_model,
+    multivariate_gaussian_model,
+)
 from skrl.utils.runner.torch import Runner as SkrlRunner
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.algorithms import HAPPO, HAPPO_CFG, IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
+from skrl_marl_ext.config_check import EXPLORATION_SCHEDULER, check_config, resolve_classes
 from skrl_marl_ext.models import (
     QMLP,
     CategoricalMLP,
@@ -52,7 +69,7 @@ from skrl_marl_ext.models import (
     ValueRNN,
     joint_action_space,
 )
-from skrl_marl_ext.preprocessors import ValueNorm
+from skrl_marl_ext.models.mlp import _ACTIVATIONS
 
 ALGORITHM_NAMES = ("mappo", "ippo", "maddpg", "happo")
 """Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
@@ -131,18 +148,32 @@ def deterministic_policy_mlp(**kwargs):
     return policy_mlp(deterministic=True, **kwargs)
 
 
-_MODELS = {
-    "policymlp": policy_mlp,
-    "gaussianmlp": GaussianMLP,
-    "categoricalmlp": CategoricalMLP,
-    "valuemlp": ValueMLP,
-    "deterministicmlp": DeterministicMLP,
-    "qmlp": QMLP,
-    "policyrnn": policy_rnn,
-    "gaussianrnn": GaussianRNN,
-    "categoricalrnn": CategoricalRNN,
-    "valuernn": ValueRNN,
+MODELS: dict[str, tuple[Any, Any]] = {
+    "PolicyMLP": (policy_mlp, GaussianMLP),  # Discrete actions take GaussianMLP's arguments less the Gaussian ones
+    "GaussianMLP": (GaussianMLP, GaussianMLP),
+    "CategoricalMLP": (CategoricalMLP, CategoricalMLP),
+    "ValueMLP": (ValueMLP, ValueMLP),
+    "DeterministicMLP": (DeterministicMLP, DeterministicMLP),
+    "QMLP": (QMLP, QMLP),
+    "PolicyRNN": (policy_rnn, GaussianRNN),
+    "GaussianRNN": (GaussianRNN, GaussianRNN),
+    "CategoricalRNN": (CategoricalRNN, CategoricalRNN),
+    "ValueRNN": (ValueRNN, ValueRNN),
+    # skrl's instantiators: the source they generate from network/output is checked first (config_check)
+    "GaussianMixin": (gaussian_model, gaussian_model),
+    "DeterministicMixin": (deterministic_model, deterministic_model),
+    "CategoricalMixin": (categorical_model, categorical_model),
+    "MultiCategoricalMixin": (multicategorical_model, multicategorical_model),
+    "MultivariateGaussianMixin": (multivariate_gaussian_model, multivariate_gaussian_model),
 }
+"""The model classes a config may name: ``name -> (what builds it, whose signature lists its arguments)``."""
+
+_MODELS = {name.lower(): build for name, (build, _) in MODELS.items()}
+
+
+def _scale_rewards(rewards, *args, scale: float, **kwargs):
+    """skrl's ``rewards_shaper_scale``: the rewards times ``scale``."""
+    return rewards * scale
 
 
 class Runner(SkrlRunner):
@@ -153,9 +184,15 @@ class Runner(SkrlRunner):
         :param cfg: The configuration, as :meth:`load_cfg_from_yaml` reads it.
         :param verbose: Print the models' source (skrl's instantiators only).
 
-        :raises ValueError: If ``cfg`` has no ``agent: class:`` or names an agent this package does not provide.
+        :raises ValueError: If ``cfg`` has no ``agent: class:`` or names an agent this package does not provide, or on
+            any key or value the agent, a model, the memory or the trainer does not take (one line naming the field,
+            the type expected and the value received; see the module docstring).
         """
-        name = str((cfg.get("agent") or {}).get("class", "")).lower()
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("agent"), dict):
+            raise ValueError(
+                "Runner: cfg must be a Runner config (a dict with an 'agent' section, as load_cfg_from_yaml reads it)"
+            )
+        name = str(cfg["agent"].get("class", "")).lower()
         if name not in ALGORITHM_NAMES:
             raise ValueError(
                 f"Runner: agent.class '{(cfg.get('agent') or {}).get('class')}' is not one of this package's agents; "
@@ -166,16 +203,33 @@ class Runner(SkrlRunner):
         self._classes = load_algorithm(name)
         super().__init__(env, cfg, verbose=verbose)
 
+    def _check_cfg_compatibility(self, cfg: dict) -> dict:
+        """Every key and value checked by name (:func:`~skrl_marl_ext.config_check.check_config`, in the config's own
+        terms), then skrl's mapping of 1.x keys."""
+        agent_class, cfg_class = self._classes
+        cfg = check_config(
+            cfg,
+            owner=agent_class.__name__,
+            cfg_class=cfg_class,
+            algorithm=self._algorithm,
+            models={name: arguments for name, (_, arguments) in MODELS.items()},
+            possible_agents=self._env.possible_agents,
+            activations=sorted(_ACTIVATIONS),
+        )
+        return super()._check_cfg_compatibility(cfg)
+
     def _process_cfg(self, cfg: dict) -> dict:
-        """skrl's, with ``ValueNorm`` as a preprocessor name (skrl evaluates those names in its own module)."""
-        if isinstance(cfg, dict):
-            names = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
-            if any(str(cfg.get(name)).strip() == "ValueNorm" for name in names):
-                cfg = dict(cfg)
-                for name in names:
-                    if str(cfg.get(name)).strip() == "ValueNorm":
-                        cfg[name] = ValueNorm
-        return super()._process_cfg(cfg)
+        """skrl's, without ``eval``: class names resolve from the tables, ``*_kwargs: null`` becomes ``{}``, ``class``
+        is dropped and ``rewards_shaper_scale`` becomes a ``rewards_shaper``."""
+        cfg = resolve_classes(copy.deepcopy(cfg))
+        cfg.pop("class", None)
+        if "exploration_scheduler" in cfg:
+            raise ValueError(EXPLORATION_SCHEDULER)
+        if "rewards_shaper_scale" in cfg:
+            scale = cfg.pop("rewards_shaper_scale")
+            if scale is not None and scale != 1.0:
+                cfg["rewards_shaper"] = functools.partial(_scale_rewards, scale=scale)
+        return cfg
 
     def _component(self, name: str) -> Any:
         key = name.lower()

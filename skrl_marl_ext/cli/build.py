@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import inspect
-import re
 from typing import Any
 
 import torch
 
-from skrl_marl_ext.cli.errors import UsageError, did_you_mean
+from skrl_marl_ext.cli.errors import UsageError
 
 
 def check_device(device: str) -> None:
@@ -37,7 +33,11 @@ def build_env(spec: str, *, num_envs: int, device: str, seed: int | None, env_kw
 
 
 def build_runner(env, cfg: dict[str, Any]):
-    """Our :class:`~skrl_marl_ext.runner.Runner`; config mistakes become :class:`UsageError`."""
+    """Our :class:`~skrl_marl_ext.runner.Runner`; config mistakes become :class:`UsageError`.
+
+    The Runner checks every key and value of ``cfg`` by name before it builds anything (and never runs code from
+    it), so its ``ValueError`` already names the field, the type expected and the value received.
+    """
     from skrl_marl_ext.runner import Runner
 
     algo = str(cfg["agent"].get("class", "")).lower()
@@ -47,68 +47,5 @@ def build_runner(env, cfg: dict[str, Any]):
         return Runner(env, cfg)
     except (ValueError, KeyError) as e:
         raise UsageError(f"config: {e}") from None
-    except TypeError as e:
-        raise UsageError(f"config: {_explain_type_error(e, cfg, algo)}") from None
-
-
-# ---------------------------------------------------------------------------------------------------- config keys
-
-
-_UNEXPECTED_ARGUMENT = re.compile(r"(?P<owner>[\w.]+)\(\) got an unexpected keyword argument '(?P<key>\w+)'")
-_FILLED_BY_RUNNER = {"self", "observation_space", "state_space", "action_space", "device", "num_envs"}
-_ARGUMENT_OWNERS = (
-    "skrl_marl_ext.models",
-    "skrl.utils.model_instantiators.torch",
-    "skrl.memories.torch",
-    "skrl.trainers.torch",
-)
-"""Where the classes (and skrl's model instantiator functions) that a Runner config's sections name are found."""
-
-
-def _explain_type_error(error: TypeError, cfg: dict[str, Any], algo: str) -> str:
-    """A key that a class of the config does not take, said as the config says it, with the closest name.
-
-    skrl's Runner passes each section to a class as keyword arguments, so a wrong key surfaces as ``X() got an
-    unexpected keyword argument 'k'``: for the agent section it becomes the agents' own did-you-mean error, for a
-    model, memory or trainer section ``models.policy.k: GaussianMLP takes no argument 'k'. Did you mean ...?``.
-    """
-    match = _UNEXPECTED_ARGUMENT.search(str(error))
-    if match is None:
-        return str(error)
-    owner, key = match["owner"].removesuffix(".__init__"), match["key"]
-    from skrl_marl_ext.runner import load_algorithm
-
-    agent_class, cfg_class = load_algorithm(algo)  # build_runner's Runner has checked the name
-    if owner == cfg_class.__name__:
-        from skrl_marl_ext.config import build_cfg
-
-        try:
-            build_cfg(cfg_class, {key: None}, owner=agent_class.__name__)
-        except ValueError as e:
-            return str(e)
-    places = [f"models.{role}" for role, section in (cfg.get("models") or {}).items() if _has_key(section, key)]
-    places += [name for name in ("memory", "trainer") if _has_key(cfg.get(name), key)]
-    known = _arguments(owner)
-    where = " / ".join(f"{place}.{key}" for place in places) or key
-    hint = f"{did_you_mean(key, known)} Its arguments: {', '.join(known)}" if known else ""
-    return f"{where}: {owner} takes no argument '{key}'.{hint}"
-
-
-def _has_key(section: Any, key: str) -> bool:
-    return isinstance(section, dict) and key in section
-
-
-def _arguments(name: str) -> list[str]:
-    """Keyword arguments of the model, memory or trainer config class ``name`` (empty when it is not found)."""
-    modules = (importlib.import_module(module) for module in _ARGUMENT_OWNERS)
-    owner = next((getattr(module, name) for module in modules if hasattr(module, name)), None)
-    if owner is None:
-        return []
-    if dataclasses.is_dataclass(owner):
-        return sorted(f.name for f in dataclasses.fields(owner))
-    try:
-        parameters = inspect.signature(owner).parameters.values()
-    except (TypeError, ValueError):  # pragma: no cover - a callable without a signature
-        return []
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return sorted(p.name for p in parameters if p.kind in kinds and p.name not in _FILLED_BY_RUNNER)
+    except TypeError as e:  # a mistake the checks do not know of: still one line
+        raise UsageError(f"config: {e}") from None

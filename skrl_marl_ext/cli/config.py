@@ -4,16 +4,17 @@ arguments, and what the options set on top (seed, shared models, ``--rnn``, expe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import difflib
 import os
-import re
 from importlib import resources
 from typing import Any
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.cli.errors import UsageError, did_you_mean
 from skrl_marl_ext.cli.parser import DEFAULT_TIMESTEPS
+from skrl_marl_ext.config_check import check_value, yaml_float
 
 CONFIG_SECTIONS = ("agent", "models", "memory", "trainer")
 """Sections of a Runner config that ``SECTION.KEY=VALUE`` overrides reach."""
@@ -50,7 +51,7 @@ def load_config(path: str) -> dict[str, Any]:
             cfg = yaml.safe_load(file)
     except yaml.YAMLError as e:
         raise UsageError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(cfg, dict) or "agent" not in cfg:
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("agent"), dict):
         raise UsageError(f"--config {path}: expected skrl Runner sections (models, memory, agent, trainer)")
     return cfg
 
@@ -58,13 +59,10 @@ def load_config(path: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- values
 
 
-_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
-
-
 def _floats(value: Any) -> Any:
     """``value`` with strings such as ``1e-3`` (which YAML 1.1 reads as strings) turned into floats, nested too."""
-    if isinstance(value, str) and _FLOAT.fullmatch(value):
-        return float(value)
+    if isinstance(value, str):
+        return yaml_float(value)
     if isinstance(value, list):
         return [_floats(v) for v in value]
     if isinstance(value, dict):
@@ -102,13 +100,52 @@ def parse_env_args(items: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- overrides
 
 
+def _places(key: str, *, close: bool) -> list[str]:
+    """Where a Runner config takes ``key`` (``agent.learning_rate``, ``trainer.timesteps``...); with ``close``, where
+    it takes the closest key when none is ``key``."""
+    from skrl_marl_ext.config_check import places_of
+    from skrl_marl_ext.runner import ALGORITHM_NAMES, MODELS, load_algorithm
+
+    cfg_classes = []
+    for name in ALGORITHM_NAMES:
+        with contextlib.suppress(ValueError):  # MADDPG may be missing from the installation
+            cfg_classes.append(load_algorithm(name)[1])
+    models = {name: owner for name, (_, owner) in MODELS.items()}
+    return places_of(key, cfg_classes=cfg_classes, models=models, close=close)
+
+
+def _corrected(head: str) -> list[str]:
+    """``head`` (``SECTION.KEY`` as typed) with its section put right: the sections that take its first part as a key
+    (``learning_rate`` -> ``agent.learning_rate``), else the closest section, else the sections of the closest key;
+    empty when there is no guess."""
+    first, dot, rest = head.partition(".")
+    exact = [] if first in CONFIG_SECTIONS else _places(first, close=False)
+    close = difflib.get_close_matches(first, CONFIG_SECTIONS, n=1)
+    if close and not exact:
+        return [f"{close[0]}{dot}{rest}"]
+    return [f"{place}{dot}{rest}" for place in exact or _places(first, close=True)]
+
+
+def _guess(heads: list[str], value: str) -> str:
+    """`` Did you mean 'a=VALUE' or 'b=VALUE'?`` (empty without a guess)."""
+    return f" Did you mean {' or '.join(repr(f'{head}={value}') for head in heads)}?" if heads else ""
+
+
 def _override_hint(item: str) -> str:
     """Why ``item`` is not an override, with the override it may have meant."""
     head, sep, tail = item.partition(":") if "=" not in item else item.partition("=")
-    section = head.split(".")[0]
-    close = difflib.get_close_matches(section, CONFIG_SECTIONS, n=1)
-    guess = f" Did you mean '{close[0]}{head[len(section) :]}={tail if sep else 'VALUE'}'?" if close else ""
+    guess = _guess(_corrected(head.strip()), tail if sep else "VALUE")
     return f"'{item}': not a config override; write SECTION.KEY=VALUE, e.g. agent.learning_rate=1e-3.{guess}"
+
+
+def _section_hint(item: str, path: tuple[str, ...], text: str) -> str:
+    """Why ``item`` names no section: a key without its section (``learning_rate=1e-3``, which is
+    ``agent.learning_rate=1e-3``) or a misspelt section (``agnet.``)."""
+    sections = f"Sections: {', '.join(CONFIG_SECTIONS)}"
+    if not _places(path[0], close=False) and difflib.get_close_matches(path[0], CONFIG_SECTIONS, n=1):
+        return f"'{item}': unknown config section '{path[0]}'.{did_you_mean(path[0], CONFIG_SECTIONS)} {sections}"
+    guess = _guess(_corrected(".".join(path)), text)
+    return f"'{item}': '{path[0]}' is not a config section; an override names the section of its key.{guess} {sections}"
 
 
 def parse_overrides(items: list[str]) -> list[tuple[str, tuple[str, ...], Any]]:
@@ -117,7 +154,8 @@ def parse_overrides(items: list[str]) -> list[tuple[str, tuple[str, ...], Any]]:
     :param items: ``SECTION.KEY=VALUE`` arguments; ``KEY`` may be dotted (``models.policy.hidden_sizes``).
 
     :raises UsageError: On an item without ``=`` or without a key inside the section, or an unknown section (the
-        message names the closest one).
+        message names the closest one, or the section that has the key: ``learning_rate=1e-3`` suggests
+        ``agent.learning_rate=1e-3``).
     """
     overrides = []
     for item in items:
@@ -126,10 +164,7 @@ def parse_overrides(items: list[str]) -> list[tuple[str, tuple[str, ...], Any]]:
         if not sep or not all(path):
             raise UsageError(_override_hint(item))
         if path[0] not in CONFIG_SECTIONS:
-            raise UsageError(
-                f"'{item}': unknown config section '{path[0]}'.{did_you_mean(path[0], CONFIG_SECTIONS)} "
-                f"Sections: {', '.join(CONFIG_SECTIONS)}"
-            )
+            raise UsageError(_section_hint(item, path, text))
         if len(path) < 2:
             raise UsageError(f"'{item}': name a key inside {path[0]}, e.g. {path[0]}.KEY=VALUE")
         overrides.append((item, path, parse_value(text, item=item)))
@@ -183,7 +218,12 @@ def train_config(args: argparse.Namespace) -> tuple[str, dict[str, Any], int]:
     elif str(cfg["agent"].get("class", "")).lower() != algo:
         raise UsageError(f"--algo {algo} but --config has agent.class {cfg['agent'].get('class')}; drop one of them")
     cfg = apply_overrides(cfg, overrides)
-    timesteps = args.timesteps or (cfg.get("trainer") or {}).get("timesteps") or DEFAULT_TIMESTEPS
+    trainer = cfg.get("trainer") if isinstance(cfg.get("trainer"), dict) else {}
+    timesteps = args.timesteps or trainer.get("timesteps") or DEFAULT_TIMESTEPS
+    try:
+        check_value("trainer.timesteps", timesteps, int)
+    except ValueError as e:
+        raise UsageError(f"config: {e}") from None
     if args.num_envs < 1 or timesteps < 1:
         raise UsageError("--num-envs and --timesteps must be positive")
     return algo, cfg, timesteps
