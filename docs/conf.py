@@ -31,4 +31,5 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 
 html_theme = "alabaster"
 html_title = f"skrl-marl-ext {release}"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]  # code blocks and tables scroll rather than being cut

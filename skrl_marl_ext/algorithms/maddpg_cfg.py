@@ -173,7 +173,7 @@ class MADDPG_CFG(MarlCfg):
     checkpoint_replay: bool = False
     """*New.* Save the replay memories' filled rows, write positions and the exploration noise's state in checkpoints
     (module ``replay``), so a resumed run equals an uninterrupted one. Size: ``memory_size * num_envs`` rows of every
-    agent's stored widths (4 bytes a float, 1 a bool; docs/resume.md). Off: checkpoints hold no replay."""
+    agent's stored widths (4 bytes a float, 1 a bool; docs/checkpoints.md). Off: checkpoints hold no replay."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
