@@ -11,6 +11,8 @@ from skrl.trainers.torch import SequentialTrainer
 
 from skrl_marl_ext.trainers import mean_episode_return
 
+pytestmark = pytest.mark.slow  # learning runs: README's second test command
+
 LEARNING_CFG = {
     "rollouts": 32,
     "learning_epochs": 4,

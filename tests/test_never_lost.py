@@ -78,6 +78,7 @@ def _write_forever(agent, folder) -> None:
         agent.write_checkpoint(timestep=step, timesteps=10**9)
 
 
+@pytest.mark.slow  # other processes
 @pytest.mark.skipif(sys.platform != "linux", reason="forks the writer (Linux)")
 def test_sigkill_during_writes_leaves_every_named_checkpoint_whole(tmp_path):
     """A writer killed at random moments never leaves a damaged file under a checkpoint's name."""
@@ -169,6 +170,7 @@ def test_a_full_disk_stops_a_cli_run_with_one_line(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------- stops
 
 
+@pytest.mark.slow  # other processes
 def test_ctrl_c_then_resume_and_eval(tmp_path):
     """Ctrl-C writes a checkpoint of the step reached and a run.json that --resume and eval read."""
     out = os.path.join(tmp_path, "runs")
@@ -195,6 +197,7 @@ def test_ctrl_c_then_resume_and_eval(tmp_path):
     assert _steps(os.path.join(run_dir, "checkpoints", "final.pt")) == {stopped_at + 20}
 
 
+@pytest.mark.slow  # other processes
 def test_sigkill_then_resume_from_the_newest_intact_checkpoint(tmp_path, capsys):
     out = os.path.join(tmp_path, "runs")
     argv = ["train", *SPREAD, "--out", out, "--timesteps", "100000", "agent.experiment.checkpoint_interval=10"]
@@ -255,6 +258,7 @@ def test_export_and_eval_take_a_run_folder_or_a_checkpoint(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------------- processes
 
 
+@pytest.mark.slow  # other processes
 def test_one_process_per_run_folder(tmp_path, capsys):
     """A second --resume of a run being trained is refused naming the process; SIGTERM ends the first cleanly."""
     run_dir = _train(tmp_path, "--timesteps", "20")
@@ -274,6 +278,7 @@ def test_one_process_per_run_folder(tmp_path, capsys):
     assert [r["from_step"] for r in _run(run_dir)["resumed"]] == [20, stopped]
 
 
+@pytest.mark.slow  # other processes
 def test_a_killed_process_leaves_no_lock_behind(tmp_path):
     run_dir = _train(tmp_path, "--timesteps", "20")
     holder = _start(tmp_path, "train", "--resume", run_dir, "--timesteps", "100000", "--no-progress")
