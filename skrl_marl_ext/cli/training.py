@@ -80,7 +80,7 @@ class _Plan:
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """``skrl-marl train``: returns the paths written (also printed as one summary line, by rank 0).
 
-    With ``--resume RUN_DIR`` the run in ``RUN_DIR`` goes on from its newest intact checkpoint (see
+    With ``--resume RUN_DIR`` the run in ``RUN_DIR`` goes on from its latest intact checkpoint (see
     :func:`~skrl_marl_ext.cli.resume.resume_point`). One process at a time trains into a run folder (its lock is held
     until the call returns); ``run.json`` is written before the first step and at each checkpoint.
 
