@@ -1,9 +1,10 @@
-"""Named Python functions one MAPPO env step and its update pass through: skrl's built-in agent against ours.
+"""The code one MAPPO env step and its update pass through: skrl's built-in agent against ours.
 
 A reader following one env step (``act``, ``record_transition``) and one update (``post_interaction`` at the end of
-a rollout) reads every function the interpreter enters on the way. This counts them with ``sys.setprofile``: every
-distinct function (file, name, first line) of skrl and of this package entered during one such step, leaving out
-comprehensions, generator expressions and lambdas. Only the agent's calls are profiled: what the env's step enters
+a rollout) reads every line the interpreter executes on the way. This traces them with ``sys.settrace``: every
+distinct line of skrl and of this package executed during one such step, by part (the algorithm's file, the pure
+math, skrl, the models, the rest of the package), the named functions entered (comprehensions, generator expressions
+and lambdas left out) and the deepest stack of named skrl/package frames. Only the agent's calls are traced: what the env's step enters
 (skrl's space helpers included) is not the agent's. The env is the built-in spread env with 4 agents, models of their
 own (``make_models`` of the tests' builders: Gaussian policy, value MLP), a rollout of one step so that the step
 includes the update, one epoch of one mini-batch. The step is counted after one uncounted step (lazy allocation).
@@ -11,7 +12,7 @@ includes the update, one epoch of one mini-batch. The step is counted after one 
 Usage::
 
     python benchmarks/call_count.py            # ours (default config) and skrl's MAPPO
-    python benchmarks/call_count.py --list     # and every function counted, by file
+    python benchmarks/call_count.py --list     # and every function counted, by file, and the deepest stack
     python benchmarks/call_count.py --csv F    # and ours by file as a CSV (the results page's table)
 """
 
@@ -82,14 +83,14 @@ def build(which: str, env):
 
 def one_step(agent, env, observations, states, t, profile=None):
     """One step as skrl's trainers run it: acting, the env and recording without gradients, then the update.
-    ``profile`` (a ``sys.setprofile`` function) is on during the agent's three calls only."""
+    ``profile`` (a ``sys.settrace`` function) is on during the agent's three calls only."""
     with torch.no_grad():
-        sys.setprofile(profile)
+        sys.settrace(profile)
         actions, _ = agent.act(observations, states, timestep=t, timesteps=10)
-        sys.setprofile(None)
+        sys.settrace(None)
         next_obs, rewards, terminated, truncated, infos = env.step(actions)
         next_states = env.state()
-        sys.setprofile(profile)
+        sys.settrace(profile)
         agent.record_transition(
             observations=observations,
             states=states,
@@ -104,11 +105,42 @@ def one_step(agent, env, observations, states, t, profile=None):
             timesteps=10,
         )
     agent.post_interaction(timestep=t, timesteps=10)
-    sys.setprofile(None)
+    sys.settrace(None)
     return next_obs, next_states
 
 
+ALGORITHM_FILES = {"ours": "skrl_marl_ext/algorithms/mappo.py", "skrl": "skrl/multi_agents/torch/mappo/mappo.py"}
+PARTS = (
+    "the algorithm's file",
+    "pure math (`functional/`)",
+    "skrl",
+    "the models (the user's)",
+    "the rest of the package",
+)
+
+
+def part(which: str, path: str) -> str:
+    """The part of the code ``path`` (relative to site-packages or the repository) belongs to."""
+    if path == ALGORITHM_FILES[which]:
+        return PARTS[0]
+    if path.startswith("skrl_marl_ext/functional/"):
+        return PARTS[1]
+    if path.startswith("skrl/"):
+        return PARTS[2]
+    if path.startswith("skrl_marl_ext/models/"):
+        return PARTS[3]
+    return PARTS[4]
+
+
 def count(which: str) -> dict[str, set[str]]:
+    """Named functions entered by one step, by file (see :func:`trace`)."""
+    return trace(which)["functions"]
+
+
+def trace(which: str) -> dict:
+    """One counted step of ``which`` (``"skrl"`` or ``"ours"``): ``functions`` (file -> names entered), ``lines``
+    (file -> line numbers executed), ``depth`` (the deepest stack of named skrl/package frames) and ``deepest`` (that
+    stack, outermost first)."""
     torch.manual_seed(0)
     env = make_spread_env(num_agents=4, num_envs=8)
     agent = build(which, env)
@@ -116,38 +148,80 @@ def count(which: str) -> dict[str, set[str]]:
     states = env.state()
     observations, states = one_step(agent, env, observations, states, 0)  # uncounted: lazy allocation
     seen: dict[str, set[str]] = defaultdict(set)
+    lines: dict[str, set[int]] = defaultdict(set)
+    deepest: list[str] = []
+    prefixes = tuple(p + os.sep for p in PACKAGES)
+
+    def where(code) -> str | None:
+        if not code.co_filename.startswith(prefixes):
+            return None
+        root = next(p for p in PACKAGES if code.co_filename.startswith(p + os.sep))
+        return os.path.relpath(code.co_filename, os.path.dirname(root))
+
+    def local(frame, event, arg):
+        if event == "line":
+            lines[where(frame.f_code)].add(frame.f_lineno)
+        return local
 
     def profile(frame, event, arg):
         if event != "call":
-            return
+            return None
         code = frame.f_code
-        if code.co_name in ANONYMOUS or not code.co_filename.startswith(tuple(p + os.sep for p in PACKAGES)):
-            return
-        root = next(p for p in PACKAGES if code.co_filename.startswith(p + os.sep))
-        seen[os.path.relpath(code.co_filename, os.path.dirname(root))].add(f"{code.co_name}:{code.co_firstlineno}")
+        path = where(code)
+        if path is None:
+            return None
+        if code.co_name not in ANONYMOUS:
+            seen[path].add(f"{code.co_name}:{code.co_firstlineno}")
+            stack, f = [], frame
+            while f is not None:
+                p = where(f.f_code)
+                if p is not None and f.f_code.co_name not in ANONYMOUS:
+                    stack.append(f"{p}:{f.f_code.co_name}")
+                f = f.f_back
+            if len(stack) > len(deepest):
+                deepest[:] = stack[::-1]
+        return local
 
     try:
         one_step(agent, env, observations, states, 1, profile)
     finally:
-        sys.setprofile(None)
-    return seen
+        sys.settrace(None)
+    return {"functions": seen, "lines": lines, "depth": len(deepest), "deepest": deepest}
+
+
+def by_part(which: str, result: dict) -> dict[str, int]:
+    """Distinct lines executed per part, the total, the files and the deepest stack."""
+    counts = dict.fromkeys(PARTS, 0)
+    for path, numbers in result["lines"].items():
+        counts[part(which, path)] += len(numbers)
+    counts["all"] = sum(counts[p] for p in PARTS)
+    counts["files"] = len(result["lines"])
+    counts["depth"] = result["depth"]
+    return counts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--list", action="store_true", help="print every function counted, by file")
-    parser.add_argument("--csv", help="also write ours by file (file, functions, names) to this CSV")
+    parser.add_argument("--list", action="store_true", help="print every function counted and the deepest stack")
+    parser.add_argument("--csv", help="also write ours by file (file, lines, functions, names) to this CSV")
     args = parser.parse_args()
     totals = []
     for which in ("skrl", "ours"):
-        seen = count(which)
+        result = trace(which)
+        seen, counts = result["functions"], by_part(which, result)
         functions = sum(len(names) for names in seen.values())
-        totals.append(f"{which} {functions} in {len(seen)} files")
-        print(f"{which}: {functions} named functions in {len(seen)} files")
-        by_file = {path: sorted(seen[path], key=lambda s: int(s.split(":")[1])) for path in sorted(seen)}
+        totals.append(f"{which} {counts['all']} lines, {functions} functions in {counts['files']} files")
+        print(
+            f"{which}: {counts['all']} distinct lines in {counts['files']} files, {functions} named functions, "
+            f"deepest stack of named frames {counts['depth']}"
+        )
+        for name in PARTS:
+            print(f"  {name}: {counts[name]}")
+        by_file = {path: sorted(seen[path], key=lambda s: int(s.split(":")[1])) for path in sorted(result["lines"])}
         if args.list:
             for path, names in by_file.items():
-                print(f"  {path}: {', '.join(names)}")
+                print(f"  {path} ({len(result['lines'][path])} lines): {', '.join(names)}")
+            print("  deepest: " + " > ".join(result["deepest"]))
         if args.csv and which == "ours":
             with open(args.csv, "w", newline="") as f:
                 python = ".".join(map(str, sys.version_info[:2]))
@@ -155,11 +229,12 @@ def main() -> None:
                 f.write(f"# machine: exact counts, the same on any machine (Python {python}, torch ")
                 f.write(f"{torch.__version__.split('+')[0]}, skrl {skrl.__version__})\n")
                 f.write(f"# date: {datetime.date.today().isoformat()}\n")
-                f.write(f"# note: ours by file; named functions: {', '.join(totals)}\n")
+                f.write(f"# note: ours by file; distinct lines executed: {', '.join(totals)}\n")
                 writer = csv.writer(f)
-                writer.writerow(["file", "functions", "names"])
+                writer.writerow(["file", "lines", "functions", "names"])
                 for path, names in by_file.items():
-                    writer.writerow([f"`{path}`", len(names), ", ".join(name.split(":")[0] for name in names)])
+                    row = [f"`{path}`", len(result["lines"][path]), len(names)]
+                    writer.writerow([*row, ", ".join(name.split(":")[0] for name in names)])
 
 
 if __name__ == "__main__":

@@ -112,8 +112,19 @@ class RecurrentState:
                 entries[f"rnn_{role}_{i}"] = h.view(layers, group_size, rows // group_size, size).permute(1, 2, 0, 3)
         return entries
 
+    def rollout_entries(self, rollout: Any) -> dict[str, torch.Tensor]:
+        """The stored hidden states of a rollout (:meth:`specs`) per agent, ``(G, T * N, layers * H)``."""
+        return {name: rollout.flat(name) for name in rollout.tensors if name.startswith("rnn_") and name != RESET_KEY}
+
+    def mini_batch_indexes(
+        self, rollouts: int, num_envs: int, mini_batches: int, *, device: torch.device | str, shuffle: bool
+    ) -> Iterator[torch.Tensor]:
+        """One epoch's mini-batches of whole sequences of the rollout (:func:`sequence_mini_batch_indexes`)."""
+        sequences = sequence_indexes(rollouts, num_envs, self.sequence_length, device=device)
+        return sequence_mini_batch_indexes(sequences, mini_batches, shuffle=shuffle)
+
     def batch_inputs(self, batch: dict[str, torch.Tensor], role: str) -> dict[str, Any]:
-        """``{"rnn": [(layers, G * B, H)], "terminated", "truncated"}`` of a mini-batch ``(G, B, ...)`` for
+        """``{"rnn": [(layers, G * B, H)], "terminated", "truncated" (G, B, 1)}`` of a mini-batch ``(G, B, ...)`` for
         ``role`` (nothing when its model is not recurrent)."""
         if role not in self.sizes:
             return {}
@@ -124,8 +135,8 @@ class RecurrentState:
             hidden.append(x.reshape(-1, layers, size).transpose(0, 1).contiguous())
         return {
             "rnn": hidden,
-            "terminated": batch[RESET_KEY].reshape(-1, 1),
-            "truncated": batch["truncated"].reshape(-1, 1),
+            "terminated": batch[RESET_KEY],
+            "truncated": batch["truncated"],
         }
 
 

@@ -203,8 +203,8 @@ def test_linear_weights_are_stored_in_the_gradient_layout():
     stack = group.stacked["policy"]
     weights = [n for n, m in models["agent_0"]["policy"].named_modules() if isinstance(m, torch.nn.Linear)]
     assert weights
-    obs = torch.randn(3 * 4, env.observation_space("agent_0").shape[0])
-    actions, outputs = stack.act({"observations": obs}, role="policy")
+    obs = torch.randn(3, 4, env.observation_space("agent_0").shape[0])
+    actions, outputs = group.act("policy", {"observations": obs})
     outputs["mean_actions"].square().sum().backward()
     for name in (f"{w}.weight" for w in weights):
         weight = stack.params[name]
@@ -400,15 +400,20 @@ class _Tied(torch.nn.Module):
         return self.b(torch.tanh(self.again(x))) + self.shift
 
 
-def test_call_with_gives_each_agents_own_result():
-    """``StackedModules.call_with`` inside the map gives each agent's own module's result (what ``functional_call``
+def test_swapped_gives_each_agents_own_result():
+    """``StackedModules.swapped`` inside the map gives each agent's own module's result (what ``functional_call``
     is for), tied weights and buffers included, and puts the first module's own tensors back."""
     torch.manual_seed(5)
     modules = [_Tied() for _ in range(3)]
     own = {n: t for n, t in modules[0].state_dict(keep_vars=True).items()}
     stack = StackedModules(modules)
     x = torch.randn(3, 4, 3)
-    got = stack.vmap(lambda state, rows: stack.call_with(state, modules[0], rows), x, in_dims=(0,))
+
+    def one_agent(state, rows):
+        with stack.swapped(state):
+            return modules[0](rows)
+
+    got = stack.vmap(one_agent, x, in_dims=(0,))
     for i, module in enumerate(modules):
         torch.testing.assert_close(got[i], module(x[i]))
     assert all(t is own[n] for n, t in modules[0].state_dict(keep_vars=True).items())
@@ -474,7 +479,6 @@ def test_roles_of_a_step_run_in_one_map(monkeypatch):
         return together(roles_calls)
 
     monkeypatch.setattr(groups_module, "act_together", recorded)
-    monkeypatch.setattr(batched_module, "act_together", recorded)  # StackedModel.act's
     monkeypatch.setattr(batched_module.torch, "vmap", lambda *a, **k: maps.append(1) or vmap(*a, **k))
     env = make_spread_env(num_envs=4, num_agents=3)
     agent = make_agent(env, "mappo", cfg={"rollouts": 2, "learning_epochs": 1, "mini_batches": 2})
@@ -484,14 +488,14 @@ def test_roles_of_a_step_run_in_one_map(monkeypatch):
     assert len(maps) == len(calls)  # one map per call
 
     (group,) = agent.groups
-    rows = torch.randn(3 * 4, env.observation_space("agent_0").shape[0])
+    observations = torch.randn(3, 4, env.observation_space("agent_0").shape[0])
     state = env.state()["agent_0"]
-    inputs = {"observations": rows, "states": state.expand(3, *state.shape)}
+    inputs = {"observations": observations, "states": state.expand(3, *state.shape)}
     pairs = [(group.stacked["policy"], inputs, "policy"), (group.stacked["value"], inputs, "value")]
     torch.manual_seed(3)
     joint = together(pairs)
     torch.manual_seed(3)
-    separate = [model.act(inputs, role=role) for model, inputs, role in pairs]
+    separate = [together([pair])[0] for pair in pairs]
     for (a, a_out), (b, b_out) in zip(joint, separate, strict=True):
         assert torch.equal(a, b)
         assert a_out.keys() == b_out.keys() and all(torch.equal(a_out[k], b_out[k]) for k in a_out)

@@ -74,13 +74,27 @@ def test_skrl_config_dataclass_and_runner_style_kwargs_are_accepted():
 
 
 def _values(agent, obs, states):
-    # the critic's values decided by act (record_transition stores them), per agent (num_envs, 1)
-    agent.act(obs, states, timestep=0, timesteps=1)
+    # the critic's values decided by act, as record_transition stores them (step 0 of the rollout), per agent (N, 1)
+    actions, _ = agent.act(obs, states, timestep=0, timesteps=1)
+    zeros = {uid: torch.zeros(x.shape[0], 1) for uid, x in obs.items()}
+    flags = {uid: torch.zeros(x.shape[0], 1, dtype=torch.bool) for uid, x in obs.items()}
+    agent.record_transition(
+        observations=obs,
+        states=states,
+        actions=actions,
+        rewards=zeros,
+        next_observations=obs,
+        next_states=states,
+        terminated=flags,
+        truncated=flags,
+        infos={},
+        timestep=0,
+        timesteps=1,
+    )
     values = {}
     for uid in obs:
         group = agent.group_of[uid]
-        decided = agent._decisions[group.index].values.view(group.size, -1, 1)
-        values[uid] = decided[group.uids.index(uid)].clone()
+        values[uid] = group.rollout["values"][0, group.uids.index(uid)].clone()
     return values
 
 

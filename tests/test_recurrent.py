@@ -138,6 +138,13 @@ def test_bootstrap_uses_the_hidden_state_after_the_last_step(monkeypatch):
         return original(**kwargs)
 
     monkeypatch.setattr(algorithm, "compute_gae", spy)
+    record, last = agent.record_transition, {}
+
+    def recording(**kwargs):  # the observations after the last step: what the bootstrap reads
+        last["next_observations"] = kwargs["next_observations"]
+        return record(**kwargs)
+
+    agent.record_transition = recording
     drive(agent, env, 8)
     for group in agent.groups:
         b, (last_values, value) = group.rollout, captured[group.index]
@@ -150,7 +157,7 @@ def test_bootstrap_uses_the_hidden_state_after_the_last_step(monkeypatch):
                 _, out = value.act({"observations": obs, "states": obs, "rnn": h}, role="value")
                 keep = (~b[RESET_KEY][t].reshape(1, G * N, 1)).float()
                 h = [x * keep for x in out["rnn"]]
-            next_obs = group.stack(agent._next_observations).reshape(G * N, -1)
+            next_obs = group.stack(last["next_observations"]).reshape(G * N, -1)
             expected, _ = value.act({"observations": next_obs, "states": next_obs, "rnn": h}, role="value")
         assert torch.allclose(last_values.reshape(-1), expected.reshape(-1), atol=1e-6)
 

@@ -160,12 +160,12 @@ def test_truncated_step_bootstraps_from_the_final_observation_or_from_s_t(monkey
     torch.testing.assert_close(kwargs["next_values"][0], torch.full_like(returns[0], 1.0))
 
 
-def model_rows(group, obs, states):
+def model_inputs(group, obs, states):
     """What the agent feeds a group's models: inputs ``(G, N, size)`` (a shared state ``(1, N, size)``) through the
-    group's preprocessors, as agent-major rows ``(G * N, size)``."""
+    group's preprocessors, ``(G, N, size)``."""
     obs = group.preprocess("observation", obs, agent_dim=0)
     states = group.preprocess("state", states, agent_dim=0).expand(group.size, -1, -1)
-    return obs.reshape(-1, obs.shape[-1]), states.reshape(-1, states.shape[-1])
+    return obs, states
 
 
 def test_without_time_limit_bootstrap_a_truncated_step_is_terminal(monkeypatch):
@@ -329,13 +329,9 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
         for uid in group.uids:
             scaler = agent.checkpoint_modules[uid]["observation_preprocessor"]  # the agent's own (or its group's)
             assert int(scaler.current_count) == 1 + (update + 1) * T * N
-        obs, st = model_rows(group, b.flat("observations"), b.flat("states"))
+        obs, st = model_inputs(group, b.flat("observations"), b.flat("states"))
         with torch.no_grad():
-            inputs = {
-                "observations": obs,
-                "states": st,
-                "taken_actions": b.flat("actions").reshape(T * N * group.size, -1),
-            }
+            inputs = {"observations": obs, "states": st, "taken_actions": b.flat("actions")}
             _, outputs = group.act("policy", inputs)
         torch.testing.assert_close(kwargs["log_prob"].detach().reshape(-1), outputs["log_prob"].reshape(-1))
         behaviour = torch.stack([acted[update * T + t][uid] for t in range(T) for uid in group.uids], dim=0)
@@ -381,7 +377,7 @@ def test_mixed_precision_values_are_the_fp32_denormalisation_of_the_critics_outp
         rows = []
         with torch.no_grad(), torch.autocast(device_type="cpu", enabled=True):
             for t in range(b["observations"].shape[0]):
-                obs, st = model_rows(group, b["observations"][t], b["states"][t])
+                obs, st = model_inputs(group, b["observations"][t], b["states"][t])
                 raw, _ = group.act("value", {"observations": obs, "states": st})
                 rows.append(raw.float().view(b["values"][t].shape))
         recomputed[call] = torch.stack(rows)

@@ -7,7 +7,6 @@
   fix named, the groups (:mod:`skrl_marl_ext.groups`) formed when the algorithm asks, the grad scaler;
 - rank gating: only rank 0 of a distributed run writes TensorBoard data and checkpoints;
 - infos: agent masks and action masks (with the refusal of a policy that would ignore them);
-- outputs: a group's stacked actions and outputs split per agent;
 - checkpoints: registration of each group's modules per agent, strict and safe loading, and ``progress`` (the steps
   completed): the trainer's ``timestep``/``timesteps`` are shifted by it at the public entry points (:meth:`_shift`),
   so a resumed run continues its schedules, checkpoint numbering and TensorBoard steps;
@@ -451,30 +450,6 @@ class GroupedMultiAgent(MultiAgent):
         n = raw_obs.shape[1]
         return torch.cat([self._infos_mask(uid, n, masks) for uid in group.uids])
 
-    # ------------------------------------------------------------------ outputs
-
-    @staticmethod
-    def _split(
-        group: AgentGroup,
-        present: dict,
-        group_actions: torch.Tensor,
-        group_outputs: dict[str, Any],
-        n: int,
-        actions: dict,
-        outputs: dict,
-    ) -> None:
-        """Split a group's agent-major ``(G * n, ...)`` actions and outputs into ``actions[agent]`` and
-        ``outputs[agent]`` for the agents in ``present`` (the others get nothing)."""
-        G = group.size
-        for i, uid in enumerate(group.uids):
-            if uid not in present:
-                continue
-            actions[uid] = group_actions.view(G, n, -1)[i]
-            outputs[uid] = {
-                k: (v.view(G, n, *v.shape[1:])[i] if torch.is_tensor(v) and v.shape[:1] == (G * n,) else v)
-                for k, v in group_outputs.items()
-            }
-
     # ------------------------------------------------------------------ optimisation
 
     def _optimizer_step(
@@ -507,10 +482,6 @@ class GroupedMultiAgent(MultiAgent):
         before = optimizer_steps(optimizer)
         self.scaler.step(optimizer)
         return optimizer_steps(optimizer) > before
-
-    def _track_non_finite(self) -> None:
-        if self.cfg.non_finite == "skip":
-            self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
 
     def _autocast(self) -> Callable:
         """``torch.autocast`` of the agent's device, on when ``cfg.mixed_precision`` is."""

@@ -33,6 +33,8 @@ from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import Progress
 from skrl_marl_ext.algorithms.happo_cfg import HAPPO_CFG
 from skrl_marl_ext.algorithms.mappo import OnPolicyAgent, OnPolicyGroup, TrainingData
+from skrl_marl_ext.keys import ACTION_MASK_KEY
+from skrl_marl_ext.storage.rollout import mini_batch_indexes
 
 
 @dataclasses.dataclass
@@ -131,35 +133,47 @@ class HAPPO(OnPolicyAgent):
 
     # ------------------------------------------------------------------ update
 
-    def _update_groups(self) -> None:
-        """The groups one after another in this update's order, each one's advantages weighted by ``M``."""
+    def _update_order(self) -> list[OnPolicyGroup]:
+        """This update's order of the groups: drawn from ``(order_seed, updates)`` (``"random"``) or fixed."""
         order = list(range(len(self.groups)))
         if self.cfg.update_order == "random":
             order = update_order(seed=self.progress.order_seed, update=self.progress.updates, size=len(order))
         self.progress.updates += 1
-        factor = None  # M, (T * N, 1): 1 before the first group
-        for position, index in enumerate(order):
-            group = self.groups[index]
-            # M > 0, so min(r A, clip(r) A) * M = min(r (A M), clip(r) (A M)): weighting the advantages is HARL's
-            # factor * min(surr1, surr2) (harl/algorithms/actors/happo.py), with the clip and the masks unchanged
-            data = self._update_group(group, advantage_scale=factor)
-            if data is not None and position < len(order) - 1:
-                ratio = self._ratio_after_update(group, data)
-                factor = ratio if factor is None else factor * ratio
+        return [self.groups[index] for index in order]
+
+    def _next_advantage_weights(
+        self, group: OnPolicyGroup, data: TrainingData | None, weights: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """``M`` of the next group: ``weights`` (``M`` of ``group``; None: 1) times the ratio ``pi_new / pi_old`` of
+        ``group``'s agents after its epochs. M > 0, so min(r A, clip(r) A) M = min(r (A M), clip(r) (A M)): weighting
+        the advantages is HARL's factor * min(surr1, surr2) (harl/algorithms/actors/happo.py), with the clip and the
+        masks unchanged."""
+        if data is None:  # the group has no rollout: M as it was
+            return weights
+        ratio = self._ratio_after_update(group, data)
+        return ratio if weights is None else weights * ratio
 
     def _ratio_after_update(self, group: OnPolicyGroup, data: TrainingData) -> torch.Tensor:
         """``prod over the group's agents of pi_new / pi_old`` per sample ``(T * N, 1)``, no gradient: the policy as the
         epochs left it, on the inputs the epochs read (mini-batch by mini-batch, in order); 1 where an agent was
         masked."""
-        G = group.size
-        ratio = torch.ones(G, data.packed.shape[1], 1, device=self.device)
+        G, T, N = group.size, group.rollout.rollouts, group.rollout.num_envs
+        ratio = torch.ones(G, T * N, 1, device=self.device)
+        if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
+            batches = group.recurrent.mini_batch_indexes(T, N, group.mini_batches, device=self.device, shuffle=False)
+        else:
+            batches = mini_batch_indexes(T * N, group.mini_batches, device=self.device, shuffle=False)
         with torch.no_grad(), self._autocast():
-            for indexes in self._mini_batch_indexes(group, shuffle=False):
+            for indexes in batches:
                 batch = data.batch(indexes)
-                policy_inputs, _ = self._batch_inputs(group, batch)
-                _, outputs = group.act("policy", policy_inputs)
-                log_prob = outputs["log_prob"].float().view(G, -1, 1)
-                r = torch.exp(log_prob - batch["log_prob"])
+                inputs = {"observations": batch["observations"].contiguous(), "states": batch["states"]}
+                if batch["action_mask"] is not None:  # masks
+                    inputs[ACTION_MASK_KEY] = batch["action_mask"].contiguous()
+                inputs["taken_actions"] = batch["actions"].contiguous()
+                if group.recurrent is not None:  # recurrent
+                    inputs.update(group.recurrent.batch_inputs(batch, "policy"))
+                _, outputs = group.act("policy", inputs)
+                r = torch.exp(outputs["log_prob"].float().view(G, -1, 1) - batch["log_prob"])
                 if batch["mask"] is not None:  # masks: an absent agent leaves M as it is
                     r = torch.where(batch["mask"], r, 1.0)
                 ratio[:, indexes] = r

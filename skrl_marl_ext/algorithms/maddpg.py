@@ -468,13 +468,12 @@ class MADDPG(GroupedMultiAgent):
         actions, outputs = {}, {}
         with torch.no_grad():
             for group in self.groups:
-                present = [observations[uid] for uid in group.uids if uid in observations]
-                if present:
+                if any(uid in observations for uid in group.uids):
                     group_actions, group_outputs = self._act_group(
                         group, observations, states, timestep=timestep, timesteps=timesteps
                     )
-                    n = present[0].shape[0]
-                    self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
+                    for uid, (action, agent_outputs) in group.split(observations, group_actions, group_outputs).items():
+                        actions[uid], outputs[uid] = action, agent_outputs
         if not self.training:  # acting was deterministic: the same tensors
             outputs[MEAN_ACTIONS_KEY] = dict(actions)
         return actions, outputs
@@ -519,26 +518,26 @@ class MADDPG(GroupedMultiAgent):
         G, n = group.size, raw_obs.shape[1]
         mask = self._action_mask(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
-            return self._random_actions(group, G * n, mask), {}
-        obs = group.preprocess("observation", raw_obs, agent_dim=0).reshape(G * n, -1)
+            return self._random_actions(group, G * n, mask).view(G, n, -1), {}
+        obs = group.preprocess("observation", raw_obs, agent_dim=0)
         raw_states = group.stack(states) if self.env_states and states else None
-        st = None
+        group_states = None
         if raw_states is not None:
-            st = group.preprocess("state", raw_states, agent_dim=0).reshape(G * n, -1)
-        inputs = {"observations": obs, "states": st}
+            group_states = group.preprocess("state", raw_states, agent_dim=0)
+        inputs = {"observations": obs, "states": group_states}
         if mask is not None:
-            inputs[ACTION_MASK_KEY] = mask
+            inputs[ACTION_MASK_KEY] = mask.view(G, n, -1)
         with self._autocast():
             group_actions, group_outputs = group.act("policy", inputs)
         if group.discrete:
             if not self.training:
                 logits = mask_logits(self._logits(group.policy, "policy"), mask)
-                group_actions = logits.argmax(dim=-1, keepdim=True)
+                group_actions = logits.argmax(dim=-1, keepdim=True).view(G, n, 1)
         else:
             group_actions = group_actions.float()
             scale = self._noise_scale(timestep, timesteps)
             if self.training and scale > 0:
-                noise = group.noise.sample(group_actions.shape).to(group_actions)
+                noise = group.noise.sample((G * n, group_actions.shape[-1])).to(group_actions).view(G, n, -1)
                 group_actions = group_actions + scale * noise
             if self.training and scale != 1.0 and group.index == self._first_continuous:
                 self.track_data("Exploration / Exploration noise scale", scale)
@@ -754,7 +753,7 @@ class MADDPG(GroupedMultiAgent):
                 group.update_statistics("state", states, mask, agent_dim=0)
             else:  # one joint observation for the group: where any agent is alive (each agent's own: where it is)
                 joint_obs = torch.cat([batch[u]["observations"] for u in self.possible_agents], dim=-1)
-                mask = mask if group.batched else mask.any(dim=0, keepdim=True)
+                mask = mask if group.own_models else mask.any(dim=0, keepdim=True)
                 group.update_statistics("state", joint_obs.unsqueeze(0), mask, agent_dim=0)
 
     def _encode_actions(self, uid: str, actions: torch.Tensor) -> torch.Tensor:
@@ -773,16 +772,17 @@ class MADDPG(GroupedMultiAgent):
         next_actions, next_states = {}, {}
         with torch.no_grad(), self._autocast():
             for group in self.groups:
-                obs, st, next_states[group.index] = self._group_inputs(group, batch, next_=True)
-                inputs = {"observations": obs, "states": st}
+                obs, group_states, next_states[group.index] = self._group_inputs(group, batch, next_=True)
+                inputs = {"observations": obs, "states": group_states}
                 mask = self._group_action_mask(group, batch, next_=True)
                 if mask is not None:
-                    inputs[ACTION_MASK_KEY] = mask
+                    inputs[ACTION_MASK_KEY] = mask.view(group.size, obs.shape[1], -1)
                 a, _ = group.act("target_policy", inputs)
                 if group.discrete:
                     logits = mask_logits(self._logits(group.target_policy, "target_policy"), mask)
                     a = one_hot_actions(logits.argmax(dim=-1), group.num_actions)
                 elif self.cfg.smooth_regularization_noise is not None:
+                    a = a.reshape(-1, a.shape[-1])  # the noise drawn as rows, as before the group's layout
                     noise = self.cfg.smooth_regularization_noise.sample(a.shape).to(a)
                     clip = self.cfg.smooth_regularization_clip
                     a = smooth_target_actions(actions=a, noise=noise, noise_clip=clip, low=group.low, high=group.high)
@@ -795,9 +795,9 @@ class MADDPG(GroupedMultiAgent):
         self, group: MADDPGGroup, batch: dict, joint_next: torch.Tensor, next_critic_states: torch.Tensor
     ) -> torch.Tensor:
         """Critic targets phase: ``y = r + gamma (1 - d) Q'(s', a')`` (the smaller of the twin target critics),
-        ``(G, B, 1)``, from the next joint action and the group's next critic states ``(G * B, S)``."""
+        ``(G, B, 1)``, from the next joint action and the group's next critic states ``(G, B, S)``."""
         G, B = group.size, joint_next.shape[0]
-        inputs = {"states": next_critic_states, "taken_actions": joint_next.repeat(G, 1)}
+        inputs = {"states": next_critic_states, "taken_actions": joint_next.unsqueeze(0).repeat(G, 1, 1)}
         roles = [f"target_{role}" for role in group.critic_roles]
         with torch.no_grad(), self._autocast():
             # the (twin) target critics in one call for a batched group
@@ -824,17 +824,17 @@ class MADDPG(GroupedMultiAgent):
         if not group.cfg.time_limit_bootstrap:
             mask = mask & ~self._per_agent(group, batch, "truncated")
         _, _, critic_states = self._group_inputs(group, batch, next_=False)
-        inputs = {"states": critic_states, "taken_actions": joint_taken.repeat(G, 1)}
+        inputs = {"states": critic_states, "taken_actions": joint_taken.unsqueeze(0).repeat(G, 1, 1)}
         with self._autocast():
             # both critics in one call for a batched group
             qs = [q.float().view(G, B, 1) for q, _ in group.act_many(*((r, inputs) for r in group.critic_roles))]
-            loss = critic_loss(q_values=qs, targets=targets, mask=mask, per_agent=group.batched)
+            loss = critic_loss(q_values=qs, targets=targets, mask=mask, per_agent=group.own_models)
         stepped = self._optimizer_step(
             group.critic_optimizer,
             loss["loss"],
             group.parameters(*group.critic_roles),
             group.cfg.grad_norm_clip,
-            per_agent=group.batched,
+            per_agent=group.own_models,
             count=group.critic_scheduler is not None,
         )
         error = loss["squared_error"].detach()
@@ -849,11 +849,11 @@ class MADDPG(GroupedMultiAgent):
         :return: Whether the optimiser stepped, and ``Q`` of the policy actions, ``(G, B, 1)``.
         """
         cfg, G = group.cfg, group.size
-        obs, st, critic_states = self._group_inputs(group, batch, next_=False)
-        inputs = {"observations": obs, "states": st}
+        obs, group_states, critic_states = self._group_inputs(group, batch, next_=False)
+        inputs = {"observations": obs, "states": group_states}
         action_mask = self._group_action_mask(group, batch, next_=False)
         if action_mask is not None:
-            inputs[ACTION_MASK_KEY] = action_mask
+            inputs[ACTION_MASK_KEY] = action_mask.view(G, obs.shape[1], -1)
         with self._autocast():
             own, outputs = group.act("policy", inputs)
             if group.discrete:
@@ -862,21 +862,21 @@ class MADDPG(GroupedMultiAgent):
             own = own.float().view(G, -1, own.shape[-1])
             B = own.shape[1]
             joint = joint_with_own_actions(joint_actions=joint_taken, own_actions=own, columns=group.joint_columns)
-            q_pi, _ = group.act("critic", {"states": critic_states, "taken_actions": joint.reshape(G * B, -1)})
+            q_pi, _ = group.act("critic", {"states": critic_states, "taken_actions": joint.contiguous()})
             q_pi = q_pi.float().view(G, B, 1)
             loss = actor_loss(
                 q_values=q_pi,
                 mask=self._per_agent(group, batch, "agent_mask"),
                 pre_tanh=self._pre_tanh(group, outputs, G, B),
                 regularization=group.policy_regularization,
-                per_agent=group.batched,
+                per_agent=group.own_models,
             )
         stepped = self._optimizer_step(
             group.policy_optimizer,
             loss["loss"],
             group.parameters("policy"),
             cfg.grad_norm_clip,
-            per_agent=group.batched,
+            per_agent=group.own_models,
             count=group.policy_scheduler is not None,
         )
         return stepped, q_pi.detach()
@@ -893,36 +893,35 @@ class MADDPG(GroupedMultiAgent):
                     scheduler.step()
 
     @staticmethod
-    def _group_stats(critic: dict[str, torch.Tensor], q_pi: torch.Tensor | None) -> torch.Tensor:
-        """Per agent of the group: critic loss, policy loss, Q mean, min and max, target mean, ``(6, G)``."""
+    def _group_stats(critic: dict[str, torch.Tensor], q_pi: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """Per agent of the group, ``(G,)`` each: the tracked statistics of one gradient step by name."""
         q, mask, big = critic["q"], critic["agent_mask"], torch.finfo(torch.float32).max
         with torch.no_grad():
-            return torch.stack(
-                [
-                    masked_mean(critic["error"], critic["mask"], dim=(1, 2)),
-                    -masked_mean(q_pi if q_pi is not None else q, mask, dim=(1, 2)),
-                    masked_mean(q, mask, dim=(1, 2)),
-                    q.masked_fill(~mask, big).amin(dim=(1, 2)),
-                    q.masked_fill(~mask, -big).amax(dim=(1, 2)),
-                    masked_mean(critic["target"], critic["mask"], dim=(1, 2)),
-                ]
-            )
+            return {
+                "critic_loss": masked_mean(critic["error"], critic["mask"], dim=(1, 2)),
+                "policy_loss": -masked_mean(q_pi if q_pi is not None else q, mask, dim=(1, 2)),
+                "q_mean": masked_mean(q, mask, dim=(1, 2)),
+                "q_min": q.masked_fill(~mask, big).amin(dim=(1, 2)),
+                "q_max": q.masked_fill(~mask, -big).amax(dim=(1, 2)),
+                "target_mean": masked_mean(critic["target"], critic["mask"], dim=(1, 2)),
+            }
 
-    def _track(self, stats: list[torch.Tensor], *, policy_step: bool = True) -> None:
-        # one host read per gradient step for all groups: (6, agents of all groups, in group order)
-        critic, policy, q_mean, q_min, q_max, target = torch.cat(stats, dim=1).tolist()
+    def _track(self, stats: list[dict[str, torch.Tensor]], *, policy_step: bool = True) -> None:
+        """Track each group's statistics (:meth:`_group_stats`, in group order): one host read per gradient step."""
+        names = list(stats[0])
+        values = dict(zip(names, torch.stack([torch.cat([s[n] for s in stats]) for n in names]).tolist(), strict=True))
         i = 0
         for group in self.groups:
             policy_lr = group.policy_optimizer.param_groups[0]["lr"]
             critic_lr = group.critic_optimizer.param_groups[0]["lr"]
             for uid in group.uids:
-                self.track_data(f"Loss / Critic loss ({uid})", critic[i])
+                self.track_data(f"Loss / Critic loss ({uid})", values["critic_loss"][i])
                 if policy_step:  # skrl's TD3 tracks the policy loss on the actor's steps only
-                    self.track_data(f"Loss / Policy loss ({uid})", policy[i])
-                self.track_data(f"Q-network / Q ({uid}) (mean)", q_mean[i])
-                self.track_data(f"Q-network / Q ({uid}) (min)", q_min[i])
-                self.track_data(f"Q-network / Q ({uid}) (max)", q_max[i])
-                self.track_data(f"Target / Target ({uid}) (mean)", target[i])
+                    self.track_data(f"Loss / Policy loss ({uid})", values["policy_loss"][i])
+                self.track_data(f"Q-network / Q ({uid}) (mean)", values["q_mean"][i])
+                self.track_data(f"Q-network / Q ({uid}) (min)", values["q_min"][i])
+                self.track_data(f"Q-network / Q ({uid}) (max)", values["q_max"][i])
+                self.track_data(f"Target / Target ({uid}) (mean)", values["target_mean"][i])
                 self.track_data(f"Learning / Policy learning rate ({uid})", policy_lr)
                 self.track_data(f"Learning / Critic learning rate ({uid})", critic_lr)
                 i += 1
@@ -930,20 +929,18 @@ class MADDPG(GroupedMultiAgent):
     # ------------------------------------------------------------------ update: inputs of the models
 
     def _group_inputs(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> tuple[torch.Tensor, ...]:
-        """Preprocessed ``(G * B, size)`` policy observations, policy states (or None) and critic states."""
+        """Preprocessed ``(G, B, size)`` policy observations, policy states (or None) and critic states."""
         prefix = "next_" if next_ else ""
         G = group.size
         raw_obs = torch.stack([batch[u][f"{prefix}observations"] for u in group.uids])  # (G, B, o)
-        B = raw_obs.shape[1]
-        obs = group.preprocess("observation", raw_obs, agent_dim=0).reshape(G * B, -1)
+        obs = group.preprocess("observation", raw_obs, agent_dim=0).contiguous()
         if self.env_states:
             raw_states = torch.stack([batch[u][f"{prefix}states"] for u in group.uids])  # (G, B, S)
-            states = group.preprocess("state", raw_states, agent_dim=0).reshape(G * B, -1)
+            states = group.preprocess("state", raw_states, agent_dim=0).contiguous()
             return obs, states, states
         joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)
         critic_states = group.preprocess("state", joint_obs.unsqueeze(0), agent_dim=0)
-        critic_states = critic_states.expand(G, *critic_states.shape[1:]).reshape(G * B, -1)
-        return obs, None, critic_states
+        return obs, None, critic_states.expand(G, *critic_states.shape[1:]).contiguous()
 
     def _group_action_mask(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> torch.Tensor | None:
         """The stored action masks of the group's rows, bool ``(G * B, n)`` (``next_action_mask`` when ``next_``);

@@ -5,14 +5,15 @@ model chooses, usually the agent's own observation (de Witt et al. 2020, https:/
 every model the agent's observation under ``"observations"`` and the env's state under ``"states"``, as skrl's do.
 
 The file reads in skrl's lifecycle order: construction, ``init``, ``act`` (one forward pass per group; it stores
-nothing), ``record_transition`` (the only writer of the rollout), ``post_interaction`` and ``update``, then the
-update's phases: bootstrap and GAE -> statistics -> epochs of mini-batches -> tracking.
+nothing), ``record_transition`` (the only writer of the rollout), ``post_interaction``, ``update`` and the update of
+one group, one sequence read top to bottom (``_update_group``: bootstrap and GAE, statistics, epochs of mini-batches
+with the loss and the step, tracking).
 
 Layouts, named once: a group of ``G`` agents acting in ``N`` envs stacks a step's inputs as ``(G, N, size)`` (a state
-the whole group shares as ``(1, N, size)``) and calls its models on agent-major rows ``(G * N, size)``; its rollout
-is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.storage.rollout`); the update reads it per agent as ``(G, T * N, width)``
-and a mini-batch as ``(G, B, width)``. Recurrent hidden states and action masks enter at the places marked
-``# recurrent`` and ``# masks``.
+the whole group shares as ``(1, N, size)``), the shape its models take and give (:class:`~skrl_marl_ext.groups.
+AgentGroup`); its rollout is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.storage.rollout`); the update reads it per
+agent as ``(G, T * N, width)`` and a mini-batch as ``(G, B, width)``. Recurrent hidden states, action masks and
+non-finite handling enter at the places marked ``# recurrent``, ``# masks`` and ``# non-finite``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -53,20 +54,14 @@ from skrl_marl_ext.keys import (
     FINAL_STATES_KEY,
     MEAN_ACTIONS_KEY,
 )
-from skrl_marl_ext.models.agent_id import append_agent_id
+from skrl_marl_ext.models.agent_id import append_agent_id, with_agent_ids
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.recurrent import (
-    RESET_KEY,
-    RecurrentState,
-    is_recurrent,
-    rnn_specification,
-    sequence_indexes,
-    sequence_mini_batch_indexes,
-)
-from skrl_marl_ext.storage.rollout import RolloutBuffer, first_non_finite, mini_batch_indexes
+from skrl_marl_ext.recurrent import RESET_KEY, RecurrentState, is_recurrent, rnn_specification
+from skrl_marl_ext.storage.rollout import RolloutBuffer, check_finite, mini_batch_indexes
 
-LOSS_FIELDS = ("ratio_clip", "value_clip", "huber_delta", "value_loss_scale", "entropy_loss_scale")
-"""The config fields that are keyword arguments of :func:`~skrl_marl_ext.functional.ppo_loss`."""
+STATISTICS = ("objective", "critic", "entropy", "kl", "clip_fraction", "std")
+"""The per-agent statistics an update tracks: the terms of :func:`~skrl_marl_ext.functional.ppo_loss`, the policy's
+standard deviation."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -133,9 +128,11 @@ class TrainingData:
         batch = dict(zip(self.names, self.packed[:, indexes].split(self.widths, dim=-1), strict=True))
         batch["mask"] = self.mask[:, indexes] if self.mask is not None else None
         batch["action_mask"] = self.action_mask[:, indexes] if self.action_mask is not None else None
-        if self.shared_states is not None:
+        if self.shared_states is not None:  # one state for the group: a view expanded to its agents
             G = self.packed.shape[0]
             batch["states"] = self.shared_states[indexes].unsqueeze(0).expand(G, -1, -1)
+        elif "states" in batch:
+            batch["states"] = batch["states"].contiguous()  # models may .view() their inputs
         batch.setdefault("states", None)
         batch.update({name: flag[:, indexes] for name, flag in self.flags.items()})
         return batch
@@ -385,64 +382,57 @@ class OnPolicyAgent(GroupedMultiAgent):
         actions, outputs, deterministic = {}, {}, {}
         with torch.no_grad():
             for group in self.groups:
-                present = [uid for uid in group.uids if uid in observations]
-                if not present:
+                if not any(uid in observations for uid in group.uids):
                     continue
-                group_actions, group_outputs = self._act_group(group, observations, states)
-                n = group_actions.shape[0] // group.size
-                self._split(group, observations, group_actions, group_outputs, n, actions, outputs)
+                raw_obs = group.stack(observations)  # (G, N, size)
+                raw_states = self._stack_states(group, states)  # (G or 1, N, size)
+                # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
+                obs, group_states = self._model_inputs(group, raw_obs, raw_states)
+                policy_inputs = {"observations": obs, "states": group_states}
+                value_inputs = {"observations": obs, "states": group_states}
+                action_mask = self._action_mask(group, raw_obs) if group.discrete else None  # masks
+                if action_mask is not None:
+                    action_mask = action_mask.view(*raw_obs.shape[:2], -1)
+                    policy_inputs[ACTION_MASK_KEY] = action_mask
+                if group.recurrent is not None:  # recurrent: the hidden states the step starts from
+                    group.recurrent.ensure(raw_obs.shape[0] * raw_obs.shape[1], self.device)
+                    policy_inputs.update(group.recurrent.inputs("policy"))
+                    value_inputs.update(group.recurrent.inputs("value"))
+                with self._autocast():
+                    if self.training:  # one call of both networks for a batched group
+                        (group_actions, group_outputs), (values, value_outputs) = group.act_many(
+                            ("policy", policy_inputs), ("value", value_inputs)
+                        )
+                    else:
+                        group_actions, group_outputs = group.act("policy", policy_inputs)
+                for uid, (action, agent_outputs) in group.split(observations, group_actions, group_outputs).items():
+                    actions[uid], outputs[uid] = action, agent_outputs
+                if group.recurrent is not None:  # recurrent: they move on in record_transition, after the env's answer
+                    hidden = dict(group.recurrent.current)
+                    next_hidden = {"policy": group_outputs.get("rnn")}
+                    next_hidden["value"] = value_outputs.get("rnn") if self.training else None
+                    self._next_hidden[group.index] = next_hidden
                 if self.training:
+                    self._decisions[group.index] = Decision(
+                        observations=raw_obs,
+                        states=raw_states,
+                        log_prob=group_outputs["log_prob"],
+                        values=values.float(),  # fp32: the value-clip anchor, denormalised in fp32 at the update
+                        action_mask=action_mask,
+                        hidden=hidden if group.recurrent is not None else None,  # recurrent
+                        next_hidden=next_hidden if group.recurrent is not None else None,
+                    )
                     continue
                 if "mean_actions" in group_outputs:
-                    self._split(group, observations, group_outputs["mean_actions"], {}, n, deterministic, {})
+                    deterministic.update(group.split(observations, group_outputs["mean_actions"]))
                 elif isinstance(group.policy, CategoricalMixin) and "net_output" in group_outputs:
                     greedy = group_outputs["net_output"].argmax(dim=-1, keepdim=True)
-                    self._split(group, observations, greedy, {}, n, deterministic, {})
+                    deterministic.update(group.split(observations, greedy))
                 else:  # acting was deterministic already: the same tensors
-                    deterministic.update({uid: actions[uid] for uid in present})
+                    deterministic.update({uid: actions[uid] for uid in group.uids if uid in observations})
         if not self.training:
             outputs[MEAN_ACTIONS_KEY] = deterministic
         return actions, outputs
-
-    def _act_group(self, group: OnPolicyGroup, observations: dict, states: Any) -> tuple[torch.Tensor, dict]:
-        """One group's forward pass: its actions and policy outputs as agent-major rows ``(G * N, ...)``. In training
-        the policy and value run together and the decision is kept for :meth:`record_transition`."""
-        raw_obs = group.stack(observations)  # (G, N, size)
-        raw_states = self._stack_states(group, states)  # (G or 1, N, size)
-        # normalised with the statistics of the rollout, which stay fixed until the update refreshes them
-        obs, st = self._model_inputs(group, raw_obs, raw_states)
-        policy_inputs, value_inputs = {"observations": obs, "states": st}, {"observations": obs, "states": st}
-        action_mask = self._action_mask(group, raw_obs) if group.discrete else None  # masks
-        if action_mask is not None:
-            policy_inputs[ACTION_MASK_KEY] = action_mask
-        rec = group.recurrent
-        if rec is not None:  # recurrent: the hidden states the step starts from
-            rec.ensure(obs.shape[0], self.device)
-            policy_inputs.update(rec.inputs("policy"))
-            value_inputs.update(rec.inputs("value"))
-        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            if self.training:  # one call of both networks for a batched group
-                calls = group.act_many(("policy", policy_inputs), ("value", value_inputs))
-                (group_actions, group_outputs), (values, value_outputs) = calls
-            else:
-                group_actions, group_outputs = group.act("policy", policy_inputs)
-        hidden = next_hidden = None
-        if rec is not None:  # recurrent: they move on in record_transition, after the env's answer
-            hidden = dict(rec.current)
-            next_hidden = {"policy": group_outputs.get("rnn")}
-            next_hidden["value"] = value_outputs.get("rnn") if self.training else None
-            self._next_hidden[group.index] = next_hidden
-        if self.training:
-            self._decisions[group.index] = Decision(
-                observations=raw_obs,
-                states=raw_states,
-                log_prob=group_outputs["log_prob"],
-                values=values.float(),  # fp32: the value-clip anchor, denormalised in fp32 at the update
-                action_mask=action_mask,
-                hidden=hidden,
-                next_hidden=next_hidden,
-            )
-        return group_actions, group_outputs
 
     def record_transition(
         self,
@@ -524,12 +514,17 @@ class OnPolicyAgent(GroupedMultiAgent):
             if self._rollout_step == self.cfg.rollouts:
                 self._rollout_step = 0
                 start = time.perf_counter()
-                self._check_finite(self.groups)
+                skipped = check_finite(self.groups, skip=self.cfg.non_finite == "skip", owner=type(self).__name__)
                 self.enable_models_training_mode(True)
-                self._update_groups()
+                order, weights = self._update_order(), None
+                for position, group in enumerate(order):
+                    data = self._update_group(group, advantage_weights=weights)
+                    if position < len(order) - 1:  # HAPPO: the next group's advantages weighted by this one's ratio
+                        weights = self._next_advantage_weights(group, data, weights)
                 self.enable_models_training_mode(False)
                 self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
-                if self.cfg.non_finite == "skip":
+                if skipped is not None:  # non-finite
+                    self._non_finite_skipped += skipped
                     self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
         self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
 
@@ -545,8 +540,224 @@ class OnPolicyAgent(GroupedMultiAgent):
             raise ValueError(
                 f"{type(self).__name__}.update: unknown agent '{uid}'; choose one of {self.possible_agents}"
             )
-        self._check_finite([self.group_of[uid]])
+        skipped = check_finite([self.group_of[uid]], skip=self.cfg.non_finite == "skip", owner=type(self).__name__)
+        if skipped is not None:  # non-finite
+            self._non_finite_skipped += skipped
         self._update_group(self.group_of[uid])
+
+    def _update_order(self) -> list[OnPolicyGroup]:
+        """The groups in the order the update takes them (each group's update reads only its own rollout)."""
+        return self.groups
+
+    def _next_advantage_weights(
+        self, group: OnPolicyGroup, data: TrainingData | None, weights: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The weights of the next group's advantages after ``group`` was updated on ``data`` (``weights`` were
+        its own): none for MAPPO and IPPO, whose groups are independent (HAPPO's sequential update weights them)."""
+        return None
+
+    def _update_group(self, group: OnPolicyGroup, advantage_weights: torch.Tensor | None = None) -> TrainingData | None:
+        """PPO's update of one group: bootstrap and GAE, statistics, epochs of mini-batches (the loss, the step),
+        tracking.
+
+        :param advantage_weights: ``(T * N, 1)`` weights of the standardised advantages per sample (the rollout's
+            samples in :meth:`RolloutBuffer.flat` order, the same for every agent of the group): HAPPO's factor of
+            the agents updated before; None (MAPPO, IPPO) for none.
+        :return: The data the epochs trained on, ``(G, T * N, width)`` (None when the group has no rollout).
+        """
+        if group.rollout is None:
+            return None
+        cfg, rollout, b = group.cfg, group.rollout, group.rollout.tensors
+        G, N, T = group.size, rollout.num_envs, rollout.rollouts
+        mask = b["agent_mask"]  # (T, G, N, 1)
+
+        # bootstrap: the critic's value of the observations after the last step
+        with torch.no_grad(), self._autocast():
+            raw_states = self._stack_states(group, self._next_states) if "states" in b else None
+            obs, group_states = self._model_inputs(group, group.stack(self._next_observations), raw_states)
+            rnn = group.recurrent.inputs("value") if group.recurrent is not None else {}  # recurrent
+            group.value.enable_training_mode(False)
+            last_values, _ = group.act("value", {"observations": obs, "states": group_states, **rnn})
+            group.value.enable_training_mode(True)
+        last_values = last_values.float().view(1, G, N, 1)
+        if self.cfg.non_finite == "skip":  # non-finite: no bootstrap from a non-finite value, no last sample
+            last_values = rollout.skip_non_finite_bootstrap(last_values)
+
+        # GAE in the env's value scale: the recorded raw outputs denormalised with the statistics they were computed
+        # with; a truncated step bootstraps from final_values (_record_final_values), never the next episode
+        values = group.preprocess("value", b["values"], agent_dim=1, inverse=True)
+        last_values = group.preprocess("value", last_values, agent_dim=1, inverse=True)
+        next_values = torch.cat([values[1:], last_values])
+        if cfg.time_limit_bootstrap:
+            final_values = group.preprocess("value", b["final_values"], agent_dim=1, inverse=True)
+            next_values = torch.where(b["truncated"], final_values, next_values)
+        advantages, returns = compute_gae(
+            rewards=b["rewards"],
+            values=values,
+            next_values=next_values,
+            terminated=b["terminated"],
+            truncated=b["truncated"],
+            discount_factor=cfg.discount_factor,
+            lambda_coefficient=cfg.gae_lambda,
+            time_limit_bootstrap=cfg.time_limit_bootstrap,
+        )
+        advantages = normalize_advantages(advantages, mask, dim=(0, 2, 3))  # per agent over (step, env)
+        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
+
+        # statistics: value targets normalised with statistics refreshed by this rollout's returns (the MAPPO paper's
+        # code; the clip anchor stays the critic's raw output at collection); input statistics refreshed with the
+        # unmasked, finite inputs, as skrl does (with the whole rollout at once)
+        if group.value_preprocessor is not identity:
+            group.update_statistics("value", returns, mask, agent_dim=1)
+            returns = group.preprocess("value", returns, agent_dim=1)
+        if group.observation_preprocessor is not identity:
+            finite = mask & torch.isfinite(b["observations"]).all(-1, keepdim=True)
+            group.update_statistics("observation", b["observations"], finite, agent_dim=1)
+        if "states" in b and group.state_preprocessor is not identity:
+            # a shared state counts where any agent of a shared model is alive; for each agent's own, where it is
+            state_mask = mask.any(dim=1, keepdim=True) if group.shared_state and not group.own_models else mask
+            finite = state_mask & torch.isfinite(b["states"]).all(-1, keepdim=True)
+            group.update_statistics("state", b["states"], finite, agent_dim=1)
+
+        # the rollout per agent (G, T * N, width), inputs preprocessed once with the refreshed statistics
+        obs = group.preprocess("observation", rollout.flat("observations"), agent_dim=0)
+        states = group.preprocess("state", rollout.flat("states"), agent_dim=0) if "states" in b else None
+        shared_states = None
+        if states is not None and states.shape[0] == 1 and not group.id_size and G > 1:
+            shared_states, states = states[0], None  # one state for the group: gathered once per mini-batch
+        obs, states = self._model_inputs(group, obs, states, preprocess=False)
+        advantages = advantages.transpose(0, 1).reshape(G, T * N, 1)
+        if advantage_weights is not None:
+            advantages = advantages * advantage_weights
+        floats = {
+            "observations": obs,
+            "states": states,
+            "actions": rollout.flat("actions"),
+            "log_prob": rollout.flat("log_prob"),
+            "values": rollout.flat("values"),
+            "returns": returns.transpose(0, 1).reshape(G, T * N, 1),
+            "advantages": advantages,
+        }
+        flags = {}
+        if group.recurrent is not None:  # recurrent: each step's stored hidden states, resets, truncations
+            floats.update(group.recurrent.rollout_entries(rollout))
+            flags = {RESET_KEY: rollout.flat(RESET_KEY), "truncated": rollout.flat("truncated")}
+        floats = {k: v for k, v in floats.items() if v is not None}
+        masked = group.mask_in_observations or group.masks_seen  # masks: stored and used once a policy had them
+        data = TrainingData(
+            packed=torch.cat([v.float() for v in floats.values()], dim=-1),
+            names=list(floats),
+            widths=[v.shape[-1] for v in floats.values()],
+            mask=None if bool(mask.all()) else rollout.flat("agent_mask"),
+            action_mask=rollout.flat("action_mask") if masked else None,
+            shared_states=shared_states,
+            flags=flags,
+        )
+
+        # epochs of mini-batches: one loss and one optimiser step each; the scheduler steps once per epoch in which the
+        # optimiser stepped; with cfg.kl_threshold an epoch stops before a mini-batch whose KL exceeds it
+        stats = {name: torch.zeros(G, device=self.device) for name in STATISTICS}
+        updates = 0
+        shuffle = cfg.mini_batch_order == "shuffled"
+        amp = self.scaler.is_enabled()
+        for _ in range(cfg.learning_epochs):
+            epoch_kl, stop, epoch_start = [], False, updates
+            steps_before = optimizer_steps(group.optimizer) if amp and group.scheduler is not None else 0
+            if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
+                batches = group.recurrent.mini_batch_indexes(
+                    T, N, group.mini_batches, device=self.device, shuffle=shuffle
+                )
+            else:
+                batches = mini_batch_indexes(T * N, group.mini_batches, device=self.device, shuffle=shuffle)
+            for indexes in batches:
+                batch = data.batch(indexes)  # (G, B, width)
+                B, batch_mask = batch["log_prob"].shape[1], batch["mask"]
+                # contiguous: models may .view() their inputs; a state shared by the group stays an expanded view
+                obs = batch["observations"].contiguous()
+                policy_inputs = {"observations": obs, "states": batch["states"]}
+                if batch["action_mask"] is not None:  # masks
+                    policy_inputs[ACTION_MASK_KEY] = batch["action_mask"].contiguous()
+                policy_inputs["taken_actions"] = batch["actions"].contiguous()
+                value_inputs = {"observations": obs, "states": batch["states"]}
+                if group.recurrent is not None:  # recurrent
+                    policy_inputs.update(group.recurrent.batch_inputs(batch, "policy"))
+                    value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
+                with self._autocast():
+                    # both networks before the loss (one vmapped call for a batched group); the value's output is
+                    # unused when the KL stops the epoch
+                    (_, outputs), (predicted, _) = group.act_many(("policy", policy_inputs), ("value", value_inputs))
+                    log_prob = outputs["log_prob"].float().view(G, B, 1)
+                    with torch.no_grad():
+                        group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), batch_mask)
+                    # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
+                    if cfg.kl_threshold and bool(distributed.all_reduce_mean_(group_kl.clone()) > cfg.kl_threshold):
+                        stop = True
+                        break
+                    entropy = None
+                    if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
+                        entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
+                    terms = ppo_loss(
+                        log_prob=log_prob,
+                        old_log_prob=batch["log_prob"],
+                        advantages=batch["advantages"],
+                        values=predicted.float().view(G, B, 1),
+                        old_values=batch["values"],
+                        returns=batch["returns"],
+                        entropy=entropy,
+                        mask=batch_mask,
+                        per_agent=group.own_models,
+                        ratio_clip=cfg.ratio_clip,
+                        value_clip=cfg.value_clip,
+                        huber_delta=cfg.huber_delta,
+                        value_loss_scale=cfg.value_loss_scale,
+                        entropy_loss_scale=cfg.entropy_loss_scale,
+                    )
+                loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
+                group.optimizer.zero_grad(set_to_none=True)
+                self.scaler.scale(loss).backward()
+                distributed.all_reduce_gradients_(group.trainable)
+                if cfg.grad_norm_clip > 0:
+                    self.scaler.unscale_(group.optimizer)
+                    group.clip_grad_norm_(group.trainable, cfg.grad_norm_clip)
+                self.scaler.step(group.optimizer)
+                self.scaler.update()
+                with torch.no_grad():
+                    for name in STATISTICS[:-1]:
+                        stats[name] += terms[name].detach()
+                    distribution = group.policy.distribution(role="policy")
+                    if isinstance(distribution, torch.distributions.Normal):
+                        stats["std"] += distribution.stddev.float().view(G, B, -1).mean(dim=(1, 2))
+                epoch_kl.append(group_kl)
+                updates += 1
+            # the schedule counts only epochs whose optimiser stepped (a KL stop or grad-scaler skips may leave none)
+            stepped = updates > epoch_start and (not amp or optimizer_steps(group.optimizer) > steps_before)
+            if group.scheduler is not None and stepped:
+                if isinstance(group.scheduler, KLAdaptiveLR):
+                    mean_kl = distributed.all_reduce_mean_(torch.stack(epoch_kl).mean()) if epoch_kl else None
+                    group.scheduler.step(mean_kl.item() if mean_kl is not None else None)
+                else:
+                    group.scheduler.step()
+            if stop:
+                break
+
+        # tracking: one host read per update, the mean per-agent losses and statistics of its mini-batches
+        means = {name: (total / max(updates, 1)).tolist() for name, total in stats.items()}
+        explained = explained.tolist()
+        learning_rate = group.optimizer.param_groups[0]["lr"]
+        normal = isinstance(group.policy.distribution(role="policy"), torch.distributions.Normal)
+        for i, uid in enumerate(group.uids):
+            self.track_data(f"Loss / Policy loss ({uid})", means["objective"][i])
+            self.track_data(f"Loss / Value loss ({uid})", means["critic"][i])
+            if cfg.entropy_loss_scale:
+                self.track_data(f"Loss / Entropy loss ({uid})", means["entropy"][i])
+            self.track_data(f"Policy / Approx KL ({uid})", means["kl"][i])
+            self.track_data(f"Policy / Clip fraction ({uid})", means["clip_fraction"][i])
+            if normal:
+                self.track_data(f"Policy / Standard deviation ({uid})", means["std"][i])
+            self.track_data(f"Value / Explained variance ({uid})", explained[i])
+            self.track_data(f"Learning / Learning rate ({uid})", learning_rate)
+        self.track_data("Learning / Updates per rollout", updates)
+        return data
 
     def reset_recurrent_states(self) -> None:
         """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
@@ -589,26 +800,22 @@ class OnPolicyAgent(GroupedMultiAgent):
         *,
         preprocess: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Stacked raw inputs ``(G, N, size)`` (states ``(1, N, size)`` when shared) preprocessed with the statistics
-        as they are now (unless ``preprocess`` is off), as agent-major model rows ``(G * N, size [+ G])``, one-hot
-        agent ids appended when configured. A batched group takes its states as ``(G, N, size)``: a shared state is
-        then an expanded view, not G copies.
+        """Stacked raw inputs ``(G, N, size)`` (states ``(1, N, size)`` when the group shares one) preprocessed with
+        the statistics as they are now (unless ``preprocess`` is off), as the group's model inputs ``(G, N, size
+        [+ G])``: a shared state expanded to the ``G`` agents (a view, not copies), one-hot agent ids appended when
+        configured.
 
-        :return: ``(observations, states)`` rows (states None without states).
+        :return: ``(observations, states)`` (states None without states).
         """
         G = group.size
         if preprocess:  # a shared state comes back per agent from a batched group's own preprocessors
             obs = group.preprocess("observation", obs, agent_dim=0)
             states = group.preprocess("state", states, agent_dim=0) if states is not None else None
-        obs = obs.reshape(-1, obs.shape[-1])
         if states is not None:
-            if states.shape[0] != G:  # one state shared by the whole group
-                states = states.expand(G, *states.shape[1:])
-            if not group.batched:
-                states = states.reshape(-1, states.shape[-1])
+            states = states.expand(G, *states.shape[1:])
         if group.id_size:
-            obs = append_agent_id(obs, G)
-            states = append_agent_id(states, G) if states is not None else None
+            obs = with_agent_ids(obs)
+            states = with_agent_ids(states) if states is not None else None
         return obs, states
 
     # ------------------------------------------------------------------ recording
@@ -671,9 +878,9 @@ class OnPolicyAgent(GroupedMultiAgent):
         rnn = {}
         if decision.next_hidden is not None and decision.next_hidden["value"] is not None:  # recurrent
             rnn = {"rnn": decision.next_hidden["value"]}  # the episode's memory up to its final observation
-        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            obs, st = self._model_inputs(group, group.stack(finals), raw_states)
-            final_values, _ = group.act("value", {"observations": obs, "states": st, **rnn})
+        with torch.no_grad(), self._autocast():
+            obs, group_states = self._model_inputs(group, group.stack(finals), raw_states)
+            final_values, _ = group.act("value", {"observations": obs, "states": group_states, **rnn})
         ended = b.tensors["terminated"][t] | b.tensors["truncated"][t]
         target.copy_(torch.where(ended, final_values.float().view(target.shape), target))
 
@@ -690,299 +897,6 @@ class OnPolicyAgent(GroupedMultiAgent):
                 group.rollout.write(self._rollout_step, **{RESET_KEY: reset})
             group.recurrent.advance(new, reset.view(-1))
         self._next_hidden.clear()
-
-    # ------------------------------------------------------------------ update
-
-    def _update_groups(self) -> None:
-        """Update every group at the end of a rollout (each group's update reads only its own rollout)."""
-        for group in self.groups:
-            self._update_group(group)
-
-    def _update_group(self, group: OnPolicyGroup, advantage_scale: torch.Tensor | None = None) -> TrainingData | None:
-        """Bootstrap and GAE -> value and input statistics -> epochs of mini-batches -> tracking.
-
-        :param advantage_scale: ``(T * N, 1)`` per-sample weights of the standardised advantages (the rollout's
-            samples in :meth:`RolloutBuffer.flat` order, the same for every agent of the group), or None.
-        :return: The data the epochs trained on (None when the group has no rollout).
-        """
-        if group.rollout is None:
-            return None
-        mask = group.rollout.tensors["agent_mask"]
-        values, advantages, returns = self._advantages(group)
-        explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
-        returns = self._update_statistics(group, returns, mask)
-        data = self._training_data(group, advantages, returns, advantage_scale)
-        sums, updates = self._epochs(group, data)
-        self._track_update(group, sums, updates, explained)
-        return data
-
-    def _check_finite(self, groups: list[OnPolicyGroup]) -> None:
-        """NaN/inf in the rollout: an error naming the agent, the tensor and the step (default), or, with
-        ``cfg.non_finite="skip"``, the affected samples are zeroed and masked out of every loss and statistic.
-
-        One host read per update (raise) or none (skip). The error names the earliest step over all groups, inputs
-        before what was computed from them.
-        """
-        groups = [group for group in groups if group.rollout is not None]
-        if self.cfg.non_finite == "skip":
-            for group in groups:
-                self._non_finite_skipped += group.rollout.skip_non_finite()
-            return
-        found = first_non_finite([(group.rollout, group.uids, bool(group.shared_state)) for group in groups])
-        if found is not None:
-            key, who, step, env = found
-            raise ValueError(
-                f"{type(self).__name__}: non-finite {key} (NaN or inf) for {who} at step {step} of the rollout, env "
-                f"{env}; refusing to learn from them. Fix the env, shape the rewards with cfg.rewards_shaper, or set "
-                'cfg.non_finite="skip" to mask such samples out of learning'
-            )
-
-    def _advantages(self, group: OnPolicyGroup) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Bootstrap and GAE over the group's rollout, in the value scale of the env.
-
-        The critic's recorded raw outputs are denormalised (in fp32) with the value statistics they were computed
-        with: statistics change only after this point. The last step bootstraps from the critic's value of the
-        observations after it; a truncated step from ``final_values`` (:meth:`_record_final_values`), never from the
-        next episode's first observation.
-
-        :return: ``(values, advantages, returns)``, each ``(T, G, N, 1)``; advantages standardised per agent.
-        """
-        cfg, b = group.cfg, group.rollout.tensors
-        G, N = group.size, group.rollout.num_envs
-        with torch.no_grad(), torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            raw_states = self._stack_states(group, self._next_states) if "states" in b else None
-            obs, st = self._model_inputs(group, group.stack(self._next_observations), raw_states)
-            rnn = group.recurrent.inputs("value") if group.recurrent is not None else {}  # recurrent
-            group.value.enable_training_mode(False)
-            last_values, _ = group.act("value", {"observations": obs, "states": st, **rnn})
-            group.value.enable_training_mode(True)
-        last_values = last_values.float().view(1, G, N, 1)
-        if self.cfg.non_finite == "skip":  # a non-finite next observation: no bootstrap from it, no last sample
-            finite = torch.isfinite(last_values)
-            b["agent_mask"][-1:] &= finite
-            last_values = torch.where(finite, last_values, 0.0)
-        # the agents along dimension 1 of (T, G, N, 1)
-        values = group.preprocess("value", b["values"], agent_dim=1, inverse=True)
-        last_values = group.preprocess("value", last_values, agent_dim=1, inverse=True)
-        next_values = torch.cat([values[1:], last_values])
-        if cfg.time_limit_bootstrap:
-            final_values = group.preprocess("value", b["final_values"], agent_dim=1, inverse=True)
-            next_values = torch.where(b["truncated"], final_values, next_values)
-        advantages, returns = compute_gae(
-            rewards=b["rewards"],
-            values=values,
-            next_values=next_values,
-            terminated=b["terminated"],
-            truncated=b["truncated"],
-            discount_factor=cfg.discount_factor,
-            lambda_coefficient=cfg.gae_lambda,
-            time_limit_bootstrap=cfg.time_limit_bootstrap,
-        )
-        # per-agent standardisation over (step, env), unmasked samples only
-        return values, normalize_advantages(advantages, b["agent_mask"], dim=(0, 2, 3)), returns
-
-    def _update_statistics(self, group: OnPolicyGroup, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Fold the rollout into the preprocessors' statistics, before the epochs; return the value targets.
-
-        Values: the targets are normalised with statistics refreshed by this rollout's returns (the MAPPO paper's
-        code); the clip anchor stays the critic's raw output at collection time (``rollout["values"]``).
-
-        Inputs: the unmasked, finite observations and states, as skrl does (with the whole rollout at once rather than
-        mini-batch by mini-batch). The policy then trains on its inputs as the refreshed statistics normalise them,
-        while the importance ratio keeps the behaviour policy's log-probabilities, so the first mini-batch's ratio
-        holds the change the refresh made, which the clipped objective then limits like any other.
-
-        :return: The returns ``(T, G, N, 1)``, normalised when there is a value preprocessor.
-        """
-        b = group.rollout.tensors
-        if group.value_preprocessor is not identity:
-            group.update_statistics("value", returns, mask, agent_dim=1)
-            returns = group.preprocess("value", returns, agent_dim=1)
-        if group.observation_preprocessor is not identity:
-            raw = b["observations"]
-            finite = mask & torch.isfinite(raw).all(-1, keepdim=True)
-            group.update_statistics("observation", raw, finite, agent_dim=1)
-        if "states" in b and group.state_preprocessor is not identity:
-            # a shared state counts where any agent of a shared model is alive; for each agent's own, where it is
-            raw, state_mask = (
-                b["states"],
-                mask.any(dim=1, keepdim=True) if group.shared_state and not group.batched else mask,
-            )
-            finite = state_mask & torch.isfinite(raw).all(-1, keepdim=True)
-            group.update_statistics("state", raw, finite, agent_dim=1)
-        return returns
-
-    def _training_data(
-        self,
-        group: OnPolicyGroup,
-        advantages: torch.Tensor,
-        returns: torch.Tensor,
-        advantage_scale: torch.Tensor | None = None,
-    ) -> TrainingData:
-        """The rollout per agent ``(G, T * N, width)``, inputs preprocessed once with the refreshed statistics;
-        the advantages times ``advantage_scale`` ``(T * N, 1)`` when given."""
-        b = group.rollout
-        per_agent = b.flat
-        G, TN = group.size, b.rollouts * b.num_envs
-        obs = group.preprocess("observation", per_agent("observations"), agent_dim=0)  # the refreshed statistics
-        states = group.preprocess("state", per_agent("states"), agent_dim=0) if "states" in b.tensors else None
-        shared_states = None
-        if states is not None and states.shape[0] == 1 and not group.id_size and G > 1:
-            shared_states, states = states[0], None
-        obs, states = self._model_inputs(group, obs, states, preprocess=False)
-        floats = {
-            "observations": obs.view(G, TN, -1),
-            "states": states.view(G, TN, -1) if states is not None else None,
-            "actions": per_agent("actions"),
-            "log_prob": per_agent("log_prob"),
-            "values": per_agent("values"),
-            "returns": returns.transpose(0, 1).reshape(G, TN, 1),
-            "advantages": advantages.transpose(0, 1).reshape(G, TN, 1),
-        }
-        if advantage_scale is not None:
-            floats["advantages"] = floats["advantages"] * advantage_scale
-        flags = {}
-        if group.recurrent is not None:  # recurrent: each step's stored hidden states, resets, truncations
-            names = [name for name in b.tensors if name.startswith("rnn_") and name != RESET_KEY]
-            floats.update({name: per_agent(name) for name in names})
-            flags = {RESET_KEY: per_agent(RESET_KEY), "truncated": per_agent("truncated")}
-        floats = {k: v for k, v in floats.items() if v is not None}
-        mask = b.tensors["agent_mask"]
-        masked = group.mask_in_observations or group.masks_seen  # masks: stored and used once a policy had them
-        return TrainingData(
-            packed=torch.cat([v.float() for v in floats.values()], dim=-1),
-            names=list(floats),
-            widths=[v.shape[-1] for v in floats.values()],
-            mask=None if bool(mask.all()) else per_agent("agent_mask"),
-            action_mask=per_agent("action_mask") if masked else None,
-            shared_states=shared_states,
-            flags=flags,
-        )
-
-    def _epochs(self, group: OnPolicyGroup, data: TrainingData) -> tuple[torch.Tensor, int]:
-        """``cfg.learning_epochs`` passes over the rollout in mini-batches (early stop on the KL when configured);
-        the scheduler steps once per epoch in which the optimiser stepped.
-
-        :return: The summed per-agent statistics ``(6, G)`` and the number of optimiser steps.
-        """
-        sums = torch.zeros(6, group.size, device=self.device)  # policy, value, entropy loss, kl, clip fraction, std
-        updates = 0
-        shuffle = group.cfg.mini_batch_order == "shuffled"
-        amp = self.scaler.is_enabled()
-        for _ in range(group.cfg.learning_epochs):
-            epoch_kl, stop, epoch_start = [], False, updates
-            steps_before = optimizer_steps(group.optimizer) if amp and group.scheduler is not None else 0
-            for indexes in self._mini_batch_indexes(group, shuffle=shuffle):
-                kl = self._mini_batch_step(group, data.batch(indexes), sums)
-                if kl is None:
-                    stop = True
-                    break
-                epoch_kl.append(kl)
-                updates += 1
-            # the schedule counts only epochs whose optimiser stepped (a KL stop or grad-scaler skips may leave none)
-            stepped = updates > epoch_start and (not amp or optimizer_steps(group.optimizer) > steps_before)
-            if group.scheduler is not None and stepped:
-                if isinstance(group.scheduler, KLAdaptiveLR):
-                    mean_kl = distributed.all_reduce_mean_(torch.stack(epoch_kl).mean()) if epoch_kl else None
-                    group.scheduler.step(mean_kl.item() if mean_kl is not None else None)
-                else:
-                    group.scheduler.step()
-            if stop:
-                break
-        return sums, updates
-
-    def _mini_batch_indexes(self, group: OnPolicyGroup, *, shuffle: bool) -> Iterator[torch.Tensor]:
-        """One epoch's mini-batches of sample indexes (of whole sequences for recurrent models)."""
-        b = group.rollout
-        if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
-            sequences = sequence_indexes(b.rollouts, b.num_envs, group.recurrent.sequence_length, device=self.device)
-            return sequence_mini_batch_indexes(sequences, group.mini_batches, shuffle=shuffle)
-        return mini_batch_indexes(b.rollouts * b.num_envs, group.mini_batches, device=self.device, shuffle=shuffle)
-
-    def _batch_inputs(self, group: OnPolicyGroup, batch: dict) -> tuple[dict, dict]:
-        """The policy's inputs (with the taken actions) and the value's of a mini-batch ``(G, B, ...)``, as model
-        rows ``(G * B, width)``: contiguous (models may .view() their inputs), a state expanded to every agent of a
-        batched group kept a view (each agent's slice is contiguous)."""
-        G = group.size
-        B = batch["log_prob"].shape[1]
-        obs = batch["observations"].reshape(G * B, -1).contiguous()
-        states = batch["states"]
-        if states is not None and not (group.batched and states.stride(0) == 0):
-            states = states.reshape(G * B, -1).contiguous()
-        policy_inputs = {"observations": obs, "states": states}
-        if batch["action_mask"] is not None:  # masks
-            policy_inputs[ACTION_MASK_KEY] = batch["action_mask"].reshape(G * B, -1).contiguous()
-        policy_inputs["taken_actions"] = batch["actions"].reshape(G * B, -1).contiguous()
-        value_inputs = {"observations": obs, "states": states}
-        if group.recurrent is not None:  # recurrent
-            policy_inputs.update(group.recurrent.batch_inputs(batch, "policy"))
-            value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
-        return policy_inputs, value_inputs
-
-    def _mini_batch_step(self, group: OnPolicyGroup, batch: dict, sums: torch.Tensor) -> torch.Tensor | None:
-        """One loss and one optimiser step on a mini-batch ``(G, B, ...)``; adds its per-agent statistics to
-        ``sums``.
-
-        :return: The mini-batch's KL over the group, or None when it exceeded ``cfg.kl_threshold``.
-        """
-        cfg, G = group.cfg, group.size
-        B, m = batch["log_prob"].shape[1], batch["mask"]
-        policy_inputs, value_inputs = self._batch_inputs(group, batch)
-        with torch.autocast(device_type=self._device_type, enabled=self.cfg.mixed_precision):
-            # both networks before the loss (one vmapped call for a batched group); the value's output is unused when
-            # the KL stops the epoch (the loop only: a batched group has no kl_threshold)
-            (_, outputs), (predicted, _) = group.act_many(("policy", policy_inputs), ("value", value_inputs))
-            log_prob = outputs["log_prob"].float().view(G, B, 1)
-            with torch.no_grad():
-                group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), m)
-            # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
-            if cfg.kl_threshold and bool(distributed.all_reduce_mean_(group_kl.clone()) > cfg.kl_threshold):
-                return None
-            entropy = None
-            if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
-                entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
-            terms = ppo_loss(
-                log_prob=log_prob,
-                old_log_prob=batch["log_prob"],
-                advantages=batch["advantages"],
-                values=predicted.float().view(G, B, 1),
-                old_values=batch["values"],
-                returns=batch["returns"],
-                entropy=entropy,
-                mask=m,
-                per_agent=group.batched,
-                **{name: getattr(cfg, name) for name in LOSS_FIELDS},
-            )
-        loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-        self._optimizer_step(group.optimizer, loss, group.trainable, cfg.grad_norm_clip, per_agent=group.batched)
-        self.scaler.update()
-        with torch.no_grad():
-            distribution = group.policy.distribution(role="policy")
-            std = torch.zeros(G, device=self.device)
-            if isinstance(distribution, torch.distributions.Normal):
-                std = distribution.stddev.float().view(G, B, -1).mean(dim=(1, 2))
-            stats = ("objective", "critic", "entropy", "kl", "clip_fraction")
-            sums += torch.stack([terms[k] for k in stats] + [std]).detach()
-        return group_kl
-
-    def _track_update(self, group: OnPolicyGroup, sums: torch.Tensor, updates: int, explained: torch.Tensor) -> None:
-        """One host read per update: the mean per-agent losses and statistics of its mini-batches."""
-        stats = (sums / max(updates, 1)).tolist()
-        explained = explained.tolist()
-        learning_rate = group.optimizer.param_groups[0]["lr"]
-        normal = isinstance(group.policy.distribution(role="policy"), torch.distributions.Normal)
-        for i, uid in enumerate(group.uids):
-            self.track_data(f"Loss / Policy loss ({uid})", stats[0][i])
-            self.track_data(f"Loss / Value loss ({uid})", stats[1][i])
-            if group.cfg.entropy_loss_scale:
-                self.track_data(f"Loss / Entropy loss ({uid})", stats[2][i])
-            self.track_data(f"Policy / Approx KL ({uid})", stats[3][i])
-            self.track_data(f"Policy / Clip fraction ({uid})", stats[4][i])
-            if normal:
-                self.track_data(f"Policy / Standard deviation ({uid})", stats[5][i])
-            self.track_data(f"Value / Explained variance ({uid})", explained[i])
-            self.track_data(f"Learning / Learning rate ({uid})", learning_rate)
-        self.track_data("Learning / Updates per rollout", updates)
 
 
 class MAPPO(OnPolicyAgent):

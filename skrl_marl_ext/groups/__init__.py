@@ -30,6 +30,7 @@ from skrl_marl_ext.groups.stacked import (
     StackedModel,
     StackedPreprocessor,
     act_together,
+    clip_grad_norm_per_agent_,
     stack_signature,
 )
 from skrl_marl_ext.preprocessors import identity, update_statistics
@@ -77,6 +78,20 @@ class AgentGroup:
         shared = getattr(self.cfg, "agent_id_input", False) and self.size > 1 and not self.batched
         self.id_size = self.size if shared else 0
 
+    @property
+    def own_models(self) -> bool:
+        """Whether each agent has models of its own (stacked into one call): then each agent has its own loss,
+        statistics and gradient clip (``per_agent=`` of the losses); agents sharing a model have one."""
+        return self.batched
+
+    def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float) -> None:
+        """Clip the gradients of ``parameters`` (:meth:`parameters`) to ``max_norm``: each agent's own norm for
+        models of their own, the norm of all of them for a shared model."""
+        if self.stacked:
+            clip_grad_norm_per_agent_(parameters, max_norm)
+        else:
+            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+
     def stack_models(self) -> None:
         """Stack a batched group's models (their parameters become views of the stack)."""
         if self.batched and not self.stacked:
@@ -88,17 +103,37 @@ class AgentGroup:
         return int(self.action_space.n)
 
     def act(self, role: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
-        """Call the model of ``role`` on the group's stacked rows ``(G * n, ...)`` (skrl's ``Model.act``)."""
+        """skrl's ``Model.act`` of the model of ``role`` for the group's ``G`` agents.
+
+        :param inputs: Every tensor ``(G, N, ...)`` (agents of the group, envs or samples); other values (e.g. the
+            hidden states of a recurrent model) as the model takes them.
+        :return: ``(output, outputs)``, the output and every per-row tensor of ``outputs`` as ``(G, N, ...)``.
+        """
         if self.stacked:
-            return act_together([(self.stacked[role], inputs, role)])[0]
-        return self.models[role].act(inputs, role=role)
+            output, outputs = act_together([(self.stacked[role], inputs, role)])[0]
+        else:
+            output, outputs = self.models[role].act(_rows(inputs), role=role)
+        return _per_agent(self.size, output, outputs)
 
     def act_many(self, *calls: tuple[str, dict[str, Any]]) -> list[tuple[torch.Tensor, dict[str, Any]]]:
         """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one
         vmapped call (:func:`~skrl_marl_ext.groups.stacked.act_together`), the others call their models in turn."""
         if self.stacked:
-            return act_together([(self.stacked[role], inputs, role) for role, inputs in calls])
-        return [self.models[role].act(inputs, role=role) for role, inputs in calls]
+            results = act_together([(self.stacked[role], inputs, role) for role, inputs in calls])
+        else:
+            results = [self.models[role].act(_rows(inputs), role=role) for role, inputs in calls]
+        return [_per_agent(self.size, output, outputs) for output, outputs in results]
+
+    def split(self, present: Any, output: torch.Tensor, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``{agent: output[i]}`` for the agents of the group in ``present`` (a dict or list of names), or with
+        ``outputs`` ``{agent: (output[i], outputs of agent i)}``: what :meth:`act` returned, per agent."""
+        if outputs is None:
+            return {uid: output[i] for i, uid in enumerate(self.uids) if uid in present}
+        return {
+            uid: (output[i], {k: v[i] if _agent_major(v, output) else v for k, v in outputs.items()})
+            for i, uid in enumerate(self.uids)
+            if uid in present
+        }
 
     def preprocess(self, kind: str, x: torch.Tensor, *, agent_dim: int, inverse: bool = False) -> torch.Tensor:
         """``x`` (the agents along ``agent_dim``) through the group's ``<kind>_preprocessor`` (``inverse``: back to
@@ -179,6 +214,24 @@ class AgentGroup:
             else:
                 out[i].copy_(x.reshape(out[i].shape))
         return out
+
+
+def _rows(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Inputs ``(G, N, ...)`` as a model's rows ``(G * N, ...)``, agent-major."""
+    return {k: v.reshape(-1, *v.shape[2:]) if torch.is_tensor(v) else v for k, v in inputs.items()}
+
+
+def _per_agent(size: int, output: torch.Tensor, outputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A model's ``(G * N, ...)`` output and the row tensors of its outputs as ``(G, N, ...)``."""
+    rows = output.shape[0]
+    keys = [k for k, v in outputs.items() if torch.is_tensor(v) and v.dim() and v.shape[0] == rows]
+    outputs = {**outputs, **{k: outputs[k].view(size, -1, *outputs[k].shape[1:]) for k in keys}}
+    return output.view(size, -1, *output.shape[1:]), outputs
+
+
+def _agent_major(value: Any, output: torch.Tensor) -> bool:
+    """Whether ``value`` is one of :meth:`AgentGroup.act`'s per-agent ``(G, N, ...)`` outputs."""
+    return torch.is_tensor(value) and value.shape[:2] == output.shape[:2]
 
 
 def group_agents(

@@ -22,13 +22,14 @@ agent slice (:func:`clip_grad_norm_per_agent_`), the per-agent view of a stacked
 (:class:`AgentOptimizerView`), the rule of which models stack (:func:`stack_signature`) and of when they do by default
 (:func:`batch_by_default`), and the fused Adam that steps transposed weights (:func:`make_adam`). What this module does beyond torch's public API, so that a torch upgrade is
 its concern alone: it rebinds the ``.data`` of the models' parameters to slices of the stack, swaps ``_parameters`` /
-``_buffers`` entries for one call (:meth:`StackedModules.call_with`), answers a model's ``compute`` on the instance
+``_buffers`` entries for one call (:meth:`StackedModules.swapped`), answers a model's ``compute`` on the instance
 for its mixin's ``act``, and overrides ``torch.optim.Adam._init_group`` (:class:`Adam`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -64,7 +65,7 @@ def _stack(tensors: Sequence[torch.Tensor], *, transposed: bool) -> torch.Tensor
     """``torch.stack(tensors)``; with ``transposed`` (a linear layer's ``(out, in)`` weights) stored as ``(G, in,
     out)`` in memory: the layout in which the backward of a vmapped ``linear`` produces the weight's gradient
     (``x^T @ grad``), so it is accumulated as it comes instead of copied into ``(G, out, in)`` order at every backward
-    (a strided copy of the whole weight: 4% of a MAPPO step at 64 agents on CPU; one kernel per weight on a GPU)."""
+    (a strided copy of the whole weight at every backward)."""
     stacked = torch.stack(list(tensors))
     if not transposed:
         return stacked
@@ -132,23 +133,22 @@ class StackedModules:
 
     def vmap(self, function, *args, in_dims: Any = 0, out_dims: Any = 0):
         """``torch.vmap`` of ``function(module_state, *args)`` over the agents, ``module_state`` being the stacked
-        parameters and buffers of one agent inside the map (pass it to :meth:`call_with`)."""
+        parameters and buffers of one agent inside the map (see :meth:`swapped`)."""
         state = {**self.params, **self.buffers}
         return torch.vmap(function, in_dims=(0, *in_dims), out_dims=out_dims)(state, *args)
 
-    def call_with(self, state: dict[str, torch.Tensor], function, *args: Any, **kwargs: Any) -> Any:
-        """``function(*args, **kwargs)`` (a method of the first module) with that module's parameters and buffers
-        replaced by ``state`` (one agent's, inside the map), every tied alias included, and put back after: what
-        ``torch.func.functional_call`` does, written out because that leaves a module registered under two names
-        holding the map's tensors after the call (the aliased-module test), and its bookkeeping costs a few percent
-        of a step."""
+    @contextlib.contextmanager
+    def swapped(self, state: dict[str, torch.Tensor]) -> Iterator[None]:
+        """The first module's parameters and buffers replaced by ``state`` (one agent's, inside the map), every tied
+        alias included, and put back after: what ``torch.func.functional_call`` does, written out because that leaves a
+        module registered under two names holding the map's tensors after the call (the aliased-module test)."""
         saved = []
         try:
             for name, tensor in state.items():
                 for store, key in self._slots[name]:
                     saved.append((store, key, store[key]))
                     store[key] = tensor
-            return function(*args, **kwargs)
+            yield
         finally:
             for store, key, tensor in reversed(saved):
                 store[key] = tensor
@@ -157,8 +157,8 @@ class StackedModules:
 class Adam(torch.optim.Adam):
     """``torch.optim.Adam`` that steps a parameter stored transposed (a batched group's linear weights: ``(G, out,
     in)`` held as ``(G, in, out)`` in memory, see :class:`StackedModules`) through its contiguous transpose, with its
-    gradient and moments: the same elementwise update, which torch's fused CPU kernel runs about twice as fast on
-    contiguous tensors. This overrides a private method of torch's Adam (stable since torch 2.0; the tests spy on
+    gradient and moments: the same elementwise update, which torch's fused CPU kernel runs faster on contiguous
+    tensors. This overrides a private method of torch's Adam (stable since torch 2.0; the tests spy on
     the fused kernel's inputs). Its state and checkpoints are torch's Adam's, tensor for tensor."""
 
     def _init_group(self, group, params, *lists):
@@ -177,9 +177,8 @@ def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
     parameter's device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
 
     The same update as skrl's ``torch.optim.Adam(params, lr=...)`` up to float rounding, in fewer passes over memory:
-    the fused kernel reads and writes each parameter, gradient and moment once per step, where ``foreach`` runs some
-    ten elementwise ops (on CPU, one after another over every tensor), and on a GPU it is one kernel launch per step
-    instead of ~10. A ``GradScaler`` hands it the scale and the inf check (``_step_supports_amp_scaling``).
+    the fused kernel reads and writes each parameter, gradient and moment once per step, where ``foreach`` runs
+    several elementwise ops, each over every tensor. A ``GradScaler`` hands it the scale and the inf check (``_step_supports_amp_scaling``).
     """
     tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
     supported = getattr(torch_optimizer, "_get_fused_kernels_supported_devices", list)()
@@ -199,11 +198,6 @@ class StackedModel(StackedModules):
         super().__init__(models)
         self.base = self.modules[0]
 
-    def act(self, inputs: dict[str, Any], *, role: str) -> tuple[torch.Tensor, dict[str, Any]]:
-        """skrl's ``Model.act`` on agent-major rows ``(G * n, ...)``, each agent's rows through its own model. A
-        3-dimensional input ``(G, n, size)`` is taken as stacked already (e.g. one state expanded to every agent)."""
-        return act_together([(self, inputs, role)])[0]
-
 
 def act_together(
     calls: Sequence[tuple[StackedModel, dict[str, Any], str]],
@@ -215,26 +209,19 @@ def act_together(
     Inside the map, each agent's rows ``(G, n, ...)`` run through the first model's ``compute`` with that agent's
     parameters. The mixins' ``act`` (sampling, log-probabilities, the kept distribution) then run once, outside the
     map, on the ``(G * n, ...)`` outputs through the first agent's model, in the order of ``calls`` (sampling draws
-    from the generator in that order, as separate calls would). A 3-dimensional input ``(G, n, size)`` is taken as
-    stacked already (e.g. one state expanded to every agent).
+    from the generator in that order, as separate calls would).
 
-    :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them.
+    :param calls: ``(model, inputs, role)``, every tensor of ``inputs`` ``(G, n, ...)``.
+    :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them (rows ``(G * n, ...)``).
     """
-    G = calls[0][0].size
-    tensors = [
-        {
-            k: v if v.dim() == 3 and v.shape[0] == G else v.reshape(G, -1, *v.shape[1:])
-            for k, v in inputs.items()
-            if torch.is_tensor(v)
-        }
-        for _, inputs, _ in calls
-    ]
+    tensors = [{k: v for k, v in inputs.items() if torch.is_tensor(v)} for _, inputs, _ in calls]
     statics = [{k: v for k, v in inputs.items() if not torch.is_tensor(v)} for _, inputs, _ in calls]
 
     def compute(states, rows):  # one agent's networks, inside the map
         results = []
         for (model, _, role), state, batch, static in zip(calls, states, rows, statics, strict=True):
-            output, outputs = model.call_with(state, model.base.compute, {**static, **batch}, role)
+            with model.swapped(state):
+                output, outputs = model.base.compute({**static, **batch}, role)
             # outputs that do not depend on the rows (e.g. a log-std parameter) are broadcast to them, so that every
             # output of the map stacks agent by agent into (G * n, ...) rows
             outputs = {
@@ -255,13 +242,21 @@ def act_together(
         own = base.__dict__.get("compute")  # a compute set on the instance (e.g. a wrapper) is put back
         base.compute = lambda _inputs, _role="", output=output, outputs=outputs: (output, dict(outputs))
         try:
-            results.append(base.act(inputs, role=role))
+            results.append(base.act({k: _rows(v) for k, v in inputs.items()}, role=role))
         finally:
             if own is None:
                 del base.compute
             else:
                 base.compute = own
     return results
+
+
+def _rows(value: Any) -> Any:
+    """A ``(G, n, ...)`` input as the mixins' rows ``(G * n, ...)`` where that is a view; an expanded one (a state
+    shared by the agents, which the mixins do not read) as it is, not copied."""
+    if not torch.is_tensor(value) or value.stride(0) == 0:
+        return value
+    return value.reshape(-1, *value.shape[2:])
 
 
 CPU_MIN_AGENTS = 4
@@ -330,7 +325,8 @@ class StackedPreprocessor(StackedModules):
             x = x.expand(*x.shape[:agent_dim], self.size, *x.shape[agent_dim + 1 :])
 
         def forward(state, rows):
-            return self.call_with(state, self.modules[0], rows, inverse=inverse)
+            with self.swapped(state):
+                return self.modules[0](rows, inverse=inverse)
 
         return self.vmap(forward, x, in_dims=(agent_dim,), out_dims=agent_dim)
 

@@ -42,3 +42,11 @@ def append_agent_id(x: torch.Tensor, num_agents: int) -> torch.Tensor:
     batch = x.shape[0] // num_agents
     ids = torch.eye(num_agents, dtype=x.dtype, device=x.device).repeat_interleave(batch, dim=0)
     return torch.cat([x, ids], dim=-1)
+
+
+def with_agent_ids(x: torch.Tensor) -> torch.Tensor:
+    """Append one-hot agent ids to stacked inputs ``(G, N, size)``: ``(G, N, size + G)``, agent ``i``'s rows ending
+    with ``e_i`` (:func:`append_agent_id` on agent-major rows)."""
+    G, N = x.shape[:2]
+    ids = torch.eye(G, dtype=x.dtype, device=x.device).view(G, 1, G).expand(G, N, G)
+    return torch.cat([x, ids], dim=-1)

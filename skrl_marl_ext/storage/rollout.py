@@ -57,6 +57,13 @@ class RolloutBuffer:
         """``{name: bool (T, rows, N)}``, True where a sample of ``name`` holds NaN or inf (no host read)."""
         return {name: ~torch.isfinite(self.tensors[name]).all(dim=-1) for name in names if name in self.tensors}
 
+    def skip_non_finite_bootstrap(self, last_values: torch.Tensor) -> torch.Tensor:
+        """``last_values`` ``(1, G, N, 1)`` (the critic's values after the last step) with non-finite ones zeroed and
+        the last step's samples that would bootstrap from them masked out of ``agent_mask``."""
+        finite = torch.isfinite(last_values)
+        self.tensors["agent_mask"][-1:] &= finite
+        return torch.where(finite, last_values, 0.0)
+
     def skip_non_finite(self, names: Sequence[str] = CHECKED) -> torch.Tensor:
         """Zero the non-finite samples of ``names`` and mask them (every agent's row of a shared state) out of
         ``agent_mask``; return how many (step, agent, env) samples were newly masked (a tensor: no host read)."""
@@ -67,6 +74,29 @@ class RolloutBuffer:
             self.tensors[name].nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
         mask &= ~rows.unsqueeze(-1)
         return rows.sum()
+
+
+def check_finite(groups: Sequence, *, skip: bool, owner: str, names: Sequence[str] = CHECKED) -> torch.Tensor | None:
+    """NaN/inf in the groups' rollouts (``group.rollout``, ``group.uids``, ``group.shared_state``): with ``skip``
+    the affected samples are zeroed and masked out of every loss and statistic (no host read), else an error naming
+    the agent, the tensor and the step (one host read).
+
+    :return: With ``skip``, how many (step, agent, env) samples were masked (a tensor); else None.
+    :raises ValueError: Without ``skip``, at the earliest non-finite step over all groups, inputs before what was
+        computed from them.
+    """
+    groups = [group for group in groups if group.rollout is not None]
+    if skip:
+        return sum((group.rollout.skip_non_finite(names) for group in groups), torch.zeros((), dtype=torch.long))
+    found = first_non_finite([(group.rollout, group.uids, bool(group.shared_state)) for group in groups], names)
+    if found is not None:
+        key, who, step, env = found
+        raise ValueError(
+            f"{owner}: non-finite {key} (NaN or inf) for {who} at step {step} of the rollout, env {env}; refusing to "
+            "learn from them. Fix the env, shape the rewards with cfg.rewards_shaper, or set "
+            'cfg.non_finite="skip" to mask such samples out of learning'
+        )
+    return None
 
 
 def first_non_finite(
