@@ -188,3 +188,14 @@ def test_unmasked_policy_is_refused_at_the_first_masked_infos(training):
     assert env.taken == 4 * 2  # refused at the first step, whose infos carry the masks
     # an env without masks trains such a policy as before
     drive(agent, spread(num_envs=4, num_agents=2, continuous=False), 3)
+
+
+def test_constructor_names_skrls_keyword_only_arguments():
+    """help(), IDEs and the API page list MADDPG's arguments: skrl's MultiAgent's, keyword-only, as MAPPO's."""
+    import inspect
+
+    from skrl_marl_ext import MADDPG, MAPPO
+
+    maddpg, mappo = inspect.signature(MADDPG).parameters, inspect.signature(MAPPO).parameters
+    assert list(maddpg) == list(mappo)
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in maddpg.values())

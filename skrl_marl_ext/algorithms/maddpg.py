@@ -60,6 +60,7 @@ from typing import Any
 
 import gymnasium
 import torch
+from skrl.memories.torch import Memory
 from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.noises.torch import GaussianNoise
@@ -145,7 +146,9 @@ class MADDPGGroup(AgentGroup):
 
 
 class MADDPG(GroupedMultiAgent):
-    """Multi-Agent Deep Deterministic Policy Gradient (see the module docstring).
+    """Multi-Agent Deep Deterministic Policy Gradient: centralised critics over the global state and every agent's
+    action, deterministic (Box) or Gumbel-softmax (Discrete) policies, one replay memory per agent sampled at shared
+    indexes; the update, its options and their defaults are on the MADDPG docs page (``docs/maddpg.md``).
 
     Discrete agents honour action masks, given as the ``"action_mask"`` entry of a ``Dict`` observation space or as
     ``infos["action_mask"][agent]`` (bool ``(num_envs, n)``, True where allowed) with the observations ``env.step``
@@ -187,11 +190,31 @@ class MADDPG(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ construction
 
-    def __init__(self, *, models: dict[str, dict[str, Model]], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        possible_agents: list[str],
+        models: dict[str, dict[str, Model]],
+        memories: dict[str, Memory] | None = None,
+        observation_spaces: dict[str, gymnasium.Space] | None = None,
+        state_spaces: dict[str, gymnasium.Space] | None = None,
+        action_spaces: dict[str, gymnasium.Space] | None = None,
+        device: str | torch.device | None = None,
+        cfg: Any = None,
+    ) -> None:
         """Check the arguments (skrl's ``MultiAgent``'s, keyword-only), form the groups, then set each up: its
         optimisers, targets, noise and preprocessors, and the joint replay."""
         self.roles = ROLES + TWIN_ROLES if self._twin_critics(models) else ROLES
-        super().__init__(models=models, **kwargs)
+        super().__init__(
+            possible_agents=possible_agents,
+            models=models,
+            memories=memories,
+            observation_spaces=observation_spaces,
+            state_spaces=state_spaces,
+            action_spaces=action_spaces,
+            device=device,
+            cfg=cfg,
+        )
         self._form_groups(batchable=self._batchable)
         self.cfg: MADDPG_CFG
         for uid in self.possible_agents:
