@@ -76,9 +76,9 @@ def build(*, algo: str, model: str, seed: int, num_envs: int, sequence_length: i
     return env, agent
 
 
-def train(env, agent, timesteps: int) -> float:
+def train(env, agent, timesteps: int, *, progress: bool = False) -> float:
     trainer = SequentialTrainer(
-        env=env, agents=agent, cfg={"timesteps": timesteps, "headless": True, "disable_progressbar": True}
+        env=env, agents=agent, cfg={"timesteps": timesteps, "headless": True, "disable_progressbar": not progress}
     )
     start = time.perf_counter()
     trainer.train()
