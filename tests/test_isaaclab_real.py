@@ -1,0 +1,192 @@
+"""Isaac Lab 3.0's own multi-agent env, ``Isaac-Pendulum-MARL-Direct``, trained by this package kit-less on the CPU.
+
+Isaac Lab 3.0 lives in its own environment beside the package (``scripts/setup_isaaclab.sh``: ``.isaaclab-venv/``, the
+stand-in robot under ``.isaaclab-assets/``, Warp's kernels in ``.isaaclab-cache/warp``), so these tests run
+``tests/isaaclab_real_driver.py`` and Isaac Lab's ``isaaclab`` command with that interpreter and check what they did.
+They skip where it is not installed; with ``SKRL_MARL_EXT_REQUIRE_ISAACLAB=1`` (CI) they fail instead.
+
+- Our Runner, on the env wrapped by skrl's Isaac Lab wrapper, builds MAPPO, IPPO and HAPPO from the task's YAML files
+  in the installed ``isaaclab_tasks`` and trains each two rollouts; skrl's own MAPPO/IPPO (what ``isaaclab play``
+  builds) load the checkpoint and act with our agent's mean actions; a run resumed from it keeps its timestep.
+- ``isaaclab train`` with the one-line edit of docs/isaaclab.md (applied to a temporary copy of the installed
+  ``train_skrl.py``) trains our MAPPO; ``isaaclab play``, unchanged, plays its checkpoint; ``isaaclab train
+  --checkpoint`` resumes it from its timestep.
+
+The first run after an install compiles Warp's kernels (a minute or two; the setup script does it once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / ".isaaclab-venv"
+PYTHON = VENV / "bin" / "python"
+DRIVER = Path(__file__).resolve().parent / "isaaclab_real_driver.py"
+ENV = {
+    **os.environ,
+    "ISAACSIM_ASSET_ROOT": str(REPO / ".isaaclab-assets"),
+    "WARP_CACHE_PATH": str(REPO / ".isaaclab-cache" / "warp"),
+    "OMP_NUM_THREADS": "1",  # small models: a second torch thread only waits for a core other tests hold
+}
+TASK = "Isaac-Pendulum-MARL-Direct"
+ROLLOUTS = 16  # the shipped YAML files' agent.rollouts
+TIMEOUT = 900  # s, per command: the first run compiles Warp's kernels
+ISAACLAB_ARGS = [
+    "--rl_library", "skrl", "--task", TASK, "--algorithm", "MAPPO", "--num_envs", "8", "--device", "cpu",
+]  # fmt: skip
+RUN_OVERRIDES = [  # Hydra overrides of the agent's YAML: a checkpoint per rollout, no TensorBoard, no progress bar
+    f"agent.agent.experiment.checkpoint_interval={ROLLOUTS}",
+    "agent.agent.experiment.write_interval=0",
+    "agent.trainer.disable_progressbar=true",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def _not_installed() -> str | None:
+    """Why Isaac Lab cannot run here, or None."""
+    if not PYTHON.is_file():
+        return f"Isaac Lab 3.0 is not installed ({PYTHON} is missing): run scripts/setup_isaaclab.sh"
+    if not os.path.isdir(ENV["ISAACSIM_ASSET_ROOT"]):
+        return f"the stand-in assets are missing ({ENV['ISAACSIM_ASSET_ROOT']}): run scripts/setup_isaaclab.sh"
+    probe = subprocess.run(
+        [str(PYTHON), "-c", "import isaaclab_rl, isaaclab_tasks, skrl_marl_ext"], capture_output=True, text=True
+    )
+    if probe.returncode:
+        last = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+        return f"{PYTHON} cannot import Isaac Lab and this package ({last}): run scripts/setup_isaaclab.sh"
+    return None
+
+
+@pytest.fixture(scope="module")
+def isaaclab():
+    reason = _not_installed()
+    if reason and os.environ.get("SKRL_MARL_EXT_REQUIRE_ISAACLAB") == "1":
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [str(PYTHON), str(DRIVER), *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, f"{args[:2]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def _progress(path: Path) -> set[int]:
+    """The steps completed that the checkpoint's agents hold (our agents' module ``progress``; skrl's have none)."""
+    modules = torch.load(path, weights_only=True)
+    return {agent["progress"]["timestep"] for agent in modules.values()}
+
+
+# ----------------------------------------------------------------------------- our Runner on the wrapped env
+
+
+@pytest.fixture(scope="module")
+def report(isaaclab, tmp_path_factory):
+    out = tmp_path_factory.mktemp("isaaclab_runner") / "report.json"
+    _run(["runner", str(out), "--algos", "mappo", "ippo", "happo"], cwd=out.parent)
+    return json.loads(out.read_text())
+
+
+def test_runner_builds_our_agents_from_the_installed_yaml_files(report):
+    assert report["wrapper"] == "IsaacLabMultiAgentWrapper"  # skrl's wrap_env(env, "isaaclab")
+    for algo, run in report["algorithms"].items():
+        assert run["agent"] == algo.upper()
+        source = {"ippo": "skrl_marl_ippo_cfg.yaml"}.get(algo, "skrl_marl_mappo_cfg.yaml")
+        assert Path(run["yaml"]).is_relative_to(VENV)  # read from the installed package, not a copy
+        assert run["yaml"].endswith(f"/site-packages/isaaclab_tasks/core/pendulum/agents/{source}")
+        assert run["rollouts"] == ROLLOUTS
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "happo"])
+def test_trains_on_the_real_env_and_checkpoints_every_rollout(report, algo):
+    run = report["algorithms"][algo]
+    assert run["trained"]  # every agent's parameters moved
+    assert run["checkpoints"] == [f"agent_{ROLLOUTS}.pt", f"agent_{2 * ROLLOUTS}.pt"]
+    assert run["progress"] == [2 * ROLLOUTS]
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "happo"])
+def test_checkpoint_plays_in_skrls_own_agent_with_our_mean_actions(report, algo):
+    run = report["algorithms"][algo]
+    skrl_class = {"ippo": "skrl.multi_agents.torch.ippo.ippo.IPPO"}.get(
+        algo, "skrl.multi_agents.torch.mappo.mappo.MAPPO"
+    )
+    assert run["skrl_agent"] == skrl_class
+    assert run["mean_action_scale"] > 0
+    assert run["mean_action_difference"] == 0.0
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "happo"])
+def test_a_run_resumed_from_the_checkpoint_keeps_its_timestep(report, algo):
+    run = report["algorithms"][algo]
+    assert run["resumed_trained"]
+    assert run["resumed_checkpoints"] == [f"agent_{3 * ROLLOUTS}.pt"]  # one rollout more, counted from the checkpoint
+    assert run["resumed_progress"] == [3 * ROLLOUTS]
+
+
+# ----------------------------------------------------------------------------- Isaac Lab's own entry point
+
+
+@pytest.fixture(scope="module")
+def trained(isaaclab, tmp_path_factory):
+    """``isaaclab train ... --max_iterations 2`` with docs/isaaclab.md's edit: the run folder."""
+    cwd = tmp_path_factory.mktemp("isaaclab_train")
+    args = ["isaaclab", "train", *ISAACLAB_ARGS, "--max_iterations", "2", "--run_timestamp", "first", *RUN_OVERRIDES]
+    _run(args, cwd=cwd)
+    return cwd / "logs" / "skrl" / "pendulum_marl_direct" / "first_mappo_torch"
+
+
+def test_isaaclab_train_with_the_documented_edit_trains_our_agent(trained):
+    checkpoints = trained / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == [f"agent_{ROLLOUTS}.pt", f"agent_{2 * ROLLOUTS}.pt"]
+    assert _progress(checkpoints / f"agent_{2 * ROLLOUTS}.pt") == {2 * ROLLOUTS}  # our agent wrote it
+
+
+def test_isaaclab_play_plays_our_checkpoint_unchanged(trained):
+    # the documented command, as a user runs it, stopped with Ctrl+C once the policy is playing
+    checkpoint = trained / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
+    command = [str(VENV / "bin" / "isaaclab"), "play", *ISAACLAB_ARGS, "--checkpoint", str(checkpoint)]
+    process = subprocess.Popen(
+        command, cwd=trained.parent, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output = []
+    try:
+        for line in process.stdout:
+            output.append(line)
+            if "Policy playback is running" in line:
+                time.sleep(2)  # hundreds of steps
+                break
+        playing = process.poll() is None
+        process.send_signal(signal.SIGINT)
+        output.append(process.communicate(timeout=TIMEOUT)[0])
+    finally:
+        if process.poll() is None:
+            process.kill()
+    text = "".join(output)
+    assert playing, text[-3000:]
+    assert process.returncode == 0, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+
+
+def test_isaaclab_train_resumes_our_checkpoint_from_its_timestep(trained):
+    checkpoint = trained / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
+    args = ["isaaclab", "train", *ISAACLAB_ARGS, "--max_iterations", "1", "--run_timestamp", "resumed"]
+    _run([*args, "--checkpoint", str(checkpoint), *RUN_OVERRIDES], cwd=trained.parents[3])
+    resumed = trained.parent / "resumed_mappo_torch" / "checkpoints"
+    assert _progress(resumed / f"agent_{3 * ROLLOUTS}.pt") == {3 * ROLLOUTS}  # the rollout after the checkpoint's
+    # train_skrl.py's final write_checkpoint, in its trainer's count, is named by the run's step too
+    assert f"agent_{ROLLOUTS}.pt" not in os.listdir(resumed)
+    assert all(_progress(resumed / name) == {3 * ROLLOUTS} for name in os.listdir(resumed))
