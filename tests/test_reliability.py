@@ -362,3 +362,8 @@ def test_auto_checkpoint_interval_spans_the_whole_resumed_run(load_first, tmp_pa
     trainer.train()
     names = sorted(os.listdir(tmp_path / "resumed" / "checkpoints"), key=lambda name: int(name[6:-3]))
     assert names == [f"agent_{t}.pt" for t in range(n + 2, 2 * n + 1, 2)]  # not every step: the trainer's n / 10
+    # Isaac Lab's train_skrl.py ends with write_checkpoint(timestep=T) in its trainer's count: named by the run's step
+    os.remove(tmp_path / "resumed" / "checkpoints" / f"agent_{2 * n}.pt")
+    agent.write_checkpoint(timestep=n, timesteps=n)
+    assert f"agent_{2 * n}.pt" in os.listdir(tmp_path / "resumed" / "checkpoints")
+    assert f"agent_{n}.pt" not in os.listdir(tmp_path / "resumed" / "checkpoints")

@@ -313,10 +313,16 @@ class GroupedMultiAgent(MultiAgent):
         """skrl's ``write_checkpoint`` (``checkpoints/agent_<timestep>.pt``, ``best_agent.pt`` when a better one was
         kept; one file per agent and module with ``store_separately``), each file written whole or not at all.
 
-        :attr:`last_checkpoint` then holds ``(timestep, path)`` of the file written.
+        ``timestep`` is the trainer's, as every public entry point takes it (:meth:`_shift`): a loaded run names the
+        file by the run's step (Isaac Lab's ``train_skrl.py`` calls this with its trainer's count at the end).
+        :attr:`last_checkpoint` then holds ``(step, path)`` of the file written.
 
         :raises ~skrl_marl_ext.files.WriteError: When a file cannot be written (the message names it and the cause).
         """
+        self._write_checkpoint(timestep=self._shift(timestep, timesteps)[0])
+
+    def _write_checkpoint(self, *, timestep: int | None) -> None:
+        """:meth:`write_checkpoint` at the run's step ``timestep`` (already shifted)."""
         folder = os.path.join(self.experiment_dir, "checkpoints")
         tag = str(timestep if timestep is not None else datetime.datetime.now().strftime("%y-%m-%d_%H-%M-%S-%f"))
         best = self.checkpoint_best_modules
@@ -372,7 +378,8 @@ class GroupedMultiAgent(MultiAgent):
                     uid: {name: self._best_state(module) for name, module in self.checkpoint_modules[uid].items()}
                     for uid in self.possible_agents
                 }
-            self.write_checkpoint(timestep=timestep, timesteps=timesteps)
+            offset = self._timestep_offset  # skrl's public call, in the trainer's count as it takes it
+            self.write_checkpoint(timestep=timestep - offset, timesteps=timesteps - offset)
         if timestep > 1 and self.write_interval > 0 and not timestep % self.write_interval:
             self.write_tracking_data(timestep=timestep, timesteps=timesteps)
 

@@ -224,7 +224,8 @@ class _RunRecord:
             path = self.plan.checkpoint
         else:
             if self.writes and (written is None or written[0] != step):
-                agent.write_checkpoint(timestep=step, timesteps=self.plan.total)
+                done = self.plan.done  # the trainer's count, as the agent takes it
+                agent.write_checkpoint(timestep=step - done, timesteps=self.plan.total - done)
             path = agent.last_checkpoint[1] if agent.last_checkpoint else None
         self._write(status="stopped", step=step, checkpoint=path, seconds=seconds)
         return Stopped(
