@@ -14,6 +14,7 @@ Usage::
     python benchmarks/call_count.py            # ours (default config) and skrl's MAPPO
     python benchmarks/call_count.py --list     # and every function counted, by file, and the deepest stack
     python benchmarks/call_count.py --csv F    # and ours by file as a CSV (the results page's table)
+    python benchmarks/call_count.py --one-by-one   # ours with the agents' models run one by one
 """
 
 from __future__ import annotations
@@ -204,7 +205,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print every function counted and the deepest stack")
     parser.add_argument("--csv", help="also write ours by file (file, lines, functions, names) to this CSV")
+    parser.add_argument(
+        "--one-by-one", action="store_true", help="ours with batch_agent_models=False (the agents' models one by one)"
+    )
     args = parser.parse_args()
+    if args.one_by_one:
+        CFG["batch_agent_models"] = False
     totals = []
     for which in ("skrl", "ours"):
         result = trace(which)
