@@ -170,12 +170,15 @@ class GroupedMultiAgent(MultiAgent):
         """The state spaces handed to skrl's constructor (``{agent: None}`` when the env has none)."""
         return state_spaces if state_spaces is not None else {uid: None for uid in possible_agents}
 
-    def _form_groups(self, *, batchable: Callable[[str], bool]) -> None:
+    def _form_groups(self, *, batchable: Callable[[str], bool], roles: tuple[str, ...] | None = None) -> None:
         """Form :attr:`groups`: agents that share their models, then agents with models of their own that stack
         (:func:`~skrl_marl_ext.groups.batch_groups`) where ``batchable(agent)`` allows, each other agent alone.
+
+        :param roles: The roles whose model objects define the groups (all of :attr:`roles` when None; HAPPO's team
+            critic, one value model for all agents, leaves it out).
         """
         spaces = {"observation": self.observation_spaces, "action": self.action_spaces, "state": self.state_spaces}
-        options = {"models": self.models, "roles": self.roles, "spaces": spaces, "cfg": self.cfg}
+        options = {"models": self.models, "roles": roles or self.roles, "spaces": spaces, "cfg": self.cfg}
         partition = group_agents(owner=type(self).__name__, possible_agents=self.possible_agents, **options)
         singles = [uids for uids in partition if len(uids) == 1 and batchable(uids[0])]
         batched = {tuple(u): b for u, b in batch_groups(singles, **options) if b}

@@ -15,6 +15,10 @@ of a rollout HAPPO draws an order of the agents and updates them one after anoth
 ``pi_old`` is the behaviour policy's log-probability stored with the rollout (the denominator of the loss's own
 ratio); HARL re-evaluates it just before the agent's update, which is the same number unless the input statistics
 were refreshed by this rollout (then ours also carries that refresh, which the agent's clip already bounds).
+
+A *team critic* (HARL's one critic for all agents) is one value model object given to every agent, each keeping a
+policy of its own: the agents' updates then train their policies alone, and the critic is trained once, after all of
+them, on every agent's samples with an optimiser of its own (``_update_team_critic``, marked ``# team critic``).
 """
 
 from __future__ import annotations
@@ -28,13 +32,35 @@ import numpy as np
 import torch
 from skrl.memories.torch import Memory
 from skrl.models.torch import Model
+from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import Progress
 from skrl_marl_ext.algorithms.happo_cfg import HAPPO_CFG
 from skrl_marl_ext.algorithms.mappo import OnPolicyAgent, OnPolicyGroup, TrainingData
+from skrl_marl_ext.checkpoint import OptimizerCheckpoint
+from skrl_marl_ext.functional import masked_mean, value_loss
+from skrl_marl_ext.groups.stacked import make_adam
 from skrl_marl_ext.keys import ACTION_MASK_KEY
+from skrl_marl_ext.preprocessors import identity
+from skrl_marl_ext.recurrent import is_recurrent
 from skrl_marl_ext.storage.rollout import mini_batch_indexes
+
+TEAM_CRITIC_FIELDS = (
+    "learning_epochs",
+    "mini_batches",
+    "mini_batch_order",
+    "value_clip",
+    "huber_delta",
+    "value_loss_scale",
+    "grad_norm_clip",
+    "optimizer_eps",
+    "value_preprocessor",
+    "value_preprocessor_kwargs",
+    "learning_rate_scheduler",
+    "learning_rate_scheduler_kwargs",
+)
+"""Per-agent fields that configure a team critic's update: every agent must be given the same value."""
 
 
 @dataclasses.dataclass
@@ -77,7 +103,14 @@ class HAPPO(OnPolicyAgent):
     before it), and then all of its agents' ratios enter ``M`` for the agents after it. Construction says so in one
     warning. HARL instead steps a shared model once per agent, on that agent's data.
 
-    skrl's per-agent :meth:`update` (not called by the trainers) updates the agent's group as MAPPO would (``M = 1``).
+    A **team critic** (HARL's): give every agent the *same* value model object and each its own policy. Each agent's
+    update then trains its policy alone, and the critic is trained once per update, after all the policies, on every
+    agent's samples (their mean value loss), with an Adam of its own (the value learning rate, ``optimizer_eps``),
+    ``learning_epochs`` x ``mini_batches`` steps, its gradient clipped on its own, and one value preprocessor whose
+    statistics take in every agent's returns once. Checkpoints hold its optimiser as ``value_optimizer``.
+
+    skrl's per-agent :meth:`update` (not called by the trainers) updates the agent's group as MAPPO would (``M = 1``;
+    with a team critic, the policy only).
 
     :param possible_agents: Names of all the agents the env can have.
     :param models: ``{agent: {"policy": Model, "value": Model}}``.
@@ -92,6 +125,10 @@ class HAPPO(OnPolicyAgent):
     cfg_class = HAPPO_CFG
     requires_states = True
     progress_class = HAPPOProgress
+    _critic_optimizer: torch.optim.Optimizer | None = None
+    """Team critic: its optimiser (with ``_critic_scheduler`` and ``_critic_value_preprocessor``)."""
+    _critic_scheduler: Any = None
+    _critic_value_preprocessor: Any = identity
 
     def __init__(
         self,
@@ -131,6 +168,64 @@ class HAPPO(OnPolicyAgent):
         """Never: a stacked batch steps its agents at once, HAPPO one after another."""
         return False
 
+    # ------------------------------------------------------------------ team critic
+
+    def _grouping_roles(self) -> tuple[str, ...]:
+        """The policy alone where every agent was given one value model object and the policies differ (a team
+        critic, kept in :attr:`team_critic`); both roles otherwise."""
+        uids = self.possible_agents
+        critic = self.models[uids[0]]["value"]
+        if len({id(self.models[u]["policy"]) for u in uids}) == 1 or any(
+            self.models[u]["value"] is not critic for u in uids
+        ):
+            return self.roles
+        if any(self.models[u]["policy"] is critic for u in uids):
+            raise ValueError(
+                "HAPPO: the value model given to every agent is also a policy; a team critic must be a value model of "
+                "its own (give each agent its own policy and all of them one value model)"
+            )
+        if is_recurrent(critic):
+            raise ValueError(
+                "HAPPO: a recurrent team critic (one value model for all agents) is not supported; give each agent a "
+                "value model of its own, or use a feed-forward team critic"
+            )
+        for name in (*TEAM_CRITIC_FIELDS, "learning_rate"):
+            values = {u: self.cfg.value_for(name, u) for u in uids}
+            if name == "learning_rate":
+                values = {u: v[1] if isinstance(v, (tuple, list)) else v for u, v in values.items()}
+            if len({repr(v) for v in values.values()}) > 1:
+                raise ValueError(
+                    f"HAPPO: every agent shares one value model (a team critic), trained by one update, but "
+                    f"cfg.{name} differs between agents ({values}); give them the same value"
+                )
+        self.team_critic = critic
+        return ("policy",)
+
+    def _set_up_group(self, group: OnPolicyGroup) -> None:
+        """MAPPO's set-up; with a team critic, the group's optimiser leaves the critic out and every group shares the
+        critic's optimiser and value preprocessor (made with the first group)."""
+        group.trains_value = self.team_critic is None
+        super()._set_up_group(group)
+        if self.team_critic is None:
+            return
+        if self._critic_optimizer is None:  # team critic: its optimiser, scheduler and value preprocessor
+            cfg = group.cfg
+            eps = {} if cfg.optimizer_eps is None else {"eps": cfg.optimizer_eps}
+            params = list({id(p): p for p in self.team_critic.parameters()}.values())
+            self._critic_optimizer = make_adam([{"params": params, "lr": cfg.learning_rate[1]}], **eps)
+            scheduler = cfg.learning_rate_scheduler
+            self._critic_scheduler = None
+            if scheduler and not (isinstance(scheduler, type) and issubclass(scheduler, KLAdaptiveLR)):
+                self._critic_scheduler = scheduler(self._critic_optimizer, **cfg.learning_rate_scheduler_kwargs)
+            self._critic_value_preprocessor = group.value_preprocessor
+        group.value_preprocessor = self._critic_value_preprocessor
+        modules = {
+            "value_preprocessor": group.value_preprocessor,
+            "value_optimizer": OptimizerCheckpoint(self._critic_optimizer),
+            "value_scheduler": self._critic_scheduler,
+        }
+        self._register_checkpoint(group, modules)
+
     # ------------------------------------------------------------------ update
 
     def _update_order(self) -> list[OnPolicyGroup]:
@@ -140,6 +235,53 @@ class HAPPO(OnPolicyAgent):
             order = update_order(seed=self.progress.order_seed, update=self.progress.updates, size=len(order))
         self.progress.updates += 1
         return [self.groups[index] for index in order]
+
+    def _update_team_critic(self, trained: list[tuple[OnPolicyGroup, TrainingData | None]]) -> None:
+        """Train the team critic once, after every policy (HARL's ``critic.train``): its value statistics take in
+        every agent's returns once, then ``learning_epochs`` x ``mini_batches`` steps, each on the mean value loss of
+        every agent's samples at the mini-batch's (step, env) indexes (the groups' advantages were computed before,
+        from the critic and statistics the rollout was collected with)."""
+        parts = [(group, data) for group, data in trained if data is not None]
+        if not parts:
+            return
+        first, cfg = parts[0][0], parts[0][0].cfg
+        optimizer = self._critic_optimizer
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+
+        def mask_of(data: TrainingData) -> torch.Tensor:
+            return data.mask if data.mask is not None else torch.ones_like(data.column("returns"), dtype=torch.bool)
+
+        # the returns are the groups' raw ones (their updates leave a team critic's statistics alone)
+        if first.value_preprocessor is not identity:
+            returns = torch.cat([data.column("returns") for _, data in parts])
+            first.update_statistics("value", returns, torch.cat([mask_of(data) for _, data in parts]), agent_dim=0)
+        T, N = first.rollout.rollouts, first.rollout.num_envs
+        shuffle, total, steps = cfg.mini_batch_order == "shuffled", torch.zeros((), device=self.device), 0
+        for _ in range(cfg.learning_epochs):
+            for indexes in mini_batch_indexes(T * N, first.mini_batches, device=self.device, shuffle=shuffle):
+                losses, masks = [], []
+                with self._autocast():
+                    for group, data in parts:
+                        batch = data.batch(indexes)
+                        inputs = {"observations": batch["observations"].contiguous(), "states": batch["states"]}
+                        predicted, _ = group.act("value", inputs)
+                        loss = value_loss(
+                            predicted_values=predicted.float().view(batch["returns"].shape),
+                            old_values=batch["values"],
+                            returns=group.preprocess("value", batch["returns"], agent_dim=0),
+                            value_clip=cfg.value_clip,
+                            huber_delta=cfg.huber_delta,
+                        )
+                        losses.append(loss)
+                        masks.append(batch["mask"] if batch["mask"] is not None else torch.ones_like(loss).bool())
+                loss = cfg.value_loss_scale * masked_mean(torch.cat(losses), torch.cat(masks))
+                self._optimizer_step(optimizer, loss, params, cfg.grad_norm_clip)
+                self.scaler.update()
+                total += loss.detach()
+                steps += 1
+            if self._critic_scheduler is not None:
+                self._critic_scheduler.step()
+        self.track_data("Loss / Value loss (team critic)", (total / max(steps, 1)).item())
 
     def _next_advantage_weights(
         self, group: OnPolicyGroup, data: TrainingData | None, weights: torch.Tensor | None

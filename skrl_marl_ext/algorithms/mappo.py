@@ -18,6 +18,7 @@ non-finite handling enter at the places marked ``# recurrent``, ``# masks`` and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import warnings
@@ -30,7 +31,7 @@ from skrl.memories.torch import Memory
 from skrl.models.torch import CategoricalMixin, Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.schedulers.torch import KLAdaptiveLR
-from skrl.utils.spaces.torch import compute_space_size
+from skrl.utils.spaces.torch import compute_space_limits, compute_space_size
 
 from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import GroupedMultiAgent, optimizer_steps
@@ -55,6 +56,7 @@ from skrl_marl_ext.keys import (
     MEAN_ACTIONS_KEY,
 )
 from skrl_marl_ext.models.agent_id import append_agent_id, with_agent_ids
+from skrl_marl_ext.models.clipping import clips_gaussian_samples, unclipped_sampling
 from skrl_marl_ext.preprocessors import identity
 from skrl_marl_ext.recurrent import RESET_KEY, RecurrentState, is_recurrent, rnn_specification
 from skrl_marl_ext.storage.rollout import RolloutBuffer, check_finite, mini_batch_indexes
@@ -73,6 +75,14 @@ class OnPolicyGroup(AgentGroup):
     value_preprocessor: Callable = identity
     trainable: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)
     """Every parameter the optimiser steps, each once."""
+    clip_sets: list[list[torch.nn.Parameter]] = dataclasses.field(default_factory=list)
+    """The parameter lists whose gradients are clipped apart (``cfg.grad_norm_clip_mode``): all of ``trainable``, or
+    the policy's and the value model's."""
+    trains_value: bool = True
+    """Whether the group's loss trains its value model (False: HAPPO's team critic, trained on its own)."""
+    action_limits: tuple[torch.Tensor, torch.Tensor] | None = None
+    """The action space's bounds where the policy clips its samples and ``cfg.log_prob_of_unclipped_actions`` is on:
+    the agent samples unclipped and clips the env's action itself (:mod:`~skrl_marl_ext.models.clipping`)."""
     rollout: RolloutBuffer | None = None
     shared_state: bool | None = None
     """Whether every agent of the group receives the very same state tensor (stored once, not G times); None until
@@ -96,6 +106,9 @@ class Decision:
     """``(G or 1, N, size)``, as the env gave them."""
     log_prob: torch.Tensor
     """``(G * N, 1)``."""
+    actions: torch.Tensor | None
+    """``(G, N, size)``: the unclipped samples to store in place of the env's clipped actions, or None (store what the
+    env received)."""
     values: torch.Tensor
     """``(G * N, 1)`` fp32: the critic's own output (normalised space under a value preprocessor)."""
     action_mask: torch.Tensor | None
@@ -122,6 +135,11 @@ class TrainingData:
     and broadcast to the G agents instead of a G-fold copy of the rollout."""
     flags: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     """Recurrent models: ``(G, T * N, 1)`` bool hidden-state resets and truncations."""
+
+    def column(self, name: str) -> torch.Tensor:
+        """Every sample of the packed tensor ``name``, ``(G, T * N, width)``."""
+        start = sum(self.widths[: self.names.index(name)])
+        return self.packed[..., start : start + self.widths[self.names.index(name)]]
 
     def batch(self, indexes: torch.Tensor) -> dict[str, torch.Tensor | None]:
         """The samples ``indexes`` of every tensor, ``(G, B, width)``."""
@@ -173,7 +191,7 @@ class OnPolicyAgent(GroupedMultiAgent):
             cfg=cfg,
         )
         self.cfg: OnPolicyCfg
-        self._form_groups(batchable=self._batchable)
+        self._form_groups(batchable=self._batchable, roles=self._grouping_roles())
         self.policies = {uid: self.models[uid]["policy"] for uid in self.possible_agents}
         self.values = {uid: self.models[uid]["value"] for uid in self.possible_agents}
         num_envs = self._check_memories()
@@ -181,6 +199,7 @@ class OnPolicyAgent(GroupedMultiAgent):
             self._set_up_group(group)
             if num_envs is not None:
                 self._set_mini_batches(group, num_envs)
+        self._warn_clipped_log_prob()
         self._broadcast_models()  # models start identical on every rank of a distributed run
 
         self._rollout_step = 0
@@ -188,6 +207,32 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._next_states: dict[str, torch.Tensor] | None = None
         self._decisions: dict[int, Decision] = {}
         self._next_hidden: dict[int, dict[str, Any]] = {}
+
+    team_critic: Model | None = None
+    """HAPPO's team critic: the one value model every agent was given (None: each group trains its own)."""
+
+    def _grouping_roles(self) -> tuple[str, ...]:
+        """The roles whose model objects define the groups: all of them (HAPPO's team critic: the policy alone)."""
+        return self.roles
+
+    def _warn_clipped_log_prob(self) -> None:
+        """One warning naming the agents whose Gaussian policy clips its samples and is trained on the
+        log-probability of the clipped action (``cfg.log_prob_of_unclipped_actions`` off)."""
+        trapped = [
+            uid
+            for group in self.groups
+            if clips_gaussian_samples(group.policy) and not group.cfg.log_prob_of_unclipped_actions
+            for uid in group.uids
+        ]
+        if trapped:
+            warnings.warn(
+                f"{type(self).__name__}: the policies of agents {trapped} clip their Gaussian samples "
+                "(clip_actions=True) and skrl then trains on the log-probability of the clipped action, which biases "
+                "the update (on VMAS balance it halved the return). Set cfg.log_prob_of_unclipped_actions=True to "
+                "train on the unclipped sample (the env still receives the clipped action), or build the policy with "
+                "clip_actions=False and let the env clip",
+                stacklevel=3,
+            )
 
     def _batchable(self, uid: str) -> bool:
         """Agents with models of their own batch where ``cfg.batch_agent_models`` is True, or ``"auto"`` and
@@ -257,6 +302,9 @@ class OnPolicyAgent(GroupedMultiAgent):
         self._note_mask_in_observations(group)
         self._make_optimizer(group)
         self._make_preprocessors(group)
+        if group.cfg.log_prob_of_unclipped_actions and clips_gaussian_samples(group.policy):
+            low, high = compute_space_limits(group.action_space, device=self.device, none_if_unbounded="any")
+            group.action_limits = (low, high) if low is not None else None  # unbounded: skrl does not clip either
         group.recurrent = self._recurrent_state(group)
         obs, states = self._zero_inputs(group)
         policy_inputs, value_inputs = {"observations": obs, "states": states}, {"observations": obs, "states": states}
@@ -310,18 +358,32 @@ class OnPolicyAgent(GroupedMultiAgent):
         return RecurrentState({r: sizes for r, (_, sizes) in specs.items()}, sequence_length=length, shared=shared)
 
     def _make_optimizer(self, group: OnPolicyGroup) -> None:
-        """One Adam per group: the policy's and the value model's parameters as two parameter groups (a model in
-        both roles counts once), each with its learning rate; and the learning rate scheduler."""
+        """One Adam per group (``eps``: ``cfg.optimizer_eps``, torch's when None): the policy's and the value model's
+        parameters as two parameter groups (a model in both roles counts once; a team critic's are not the group's),
+        each with its learning rate; the learning rate scheduler; the parameter lists clipped apart."""
         cfg = group.cfg
         policy_lr, value_lr = cfg.learning_rate
         policy_params = group.parameters("policy")
         seen = {id(p) for p in policy_params}
-        value_params = [p for p in group.parameters("value") if id(p) not in seen]
+        value_params = [p for p in group.parameters("value") if id(p) not in seen] if group.trains_value else []
+        if (
+            cfg.grad_norm_clip_mode == "separate"
+            and group.trains_value
+            and len(value_params) < len(group.parameters("value"))
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: cfg.grad_norm_clip_mode='separate' clips the policy's and the value model's "
+                f"gradients apart, but the policy and value of agents {group.uids} share parameters; use "
+                "grad_norm_clip_mode='joint' or separate models"
+            )
         param_groups = [{"params": policy_params, "lr": policy_lr}]
         if value_params:
             param_groups.append({"params": value_params, "lr": value_lr})
         group.trainable = policy_params + value_params
-        group.optimizer = make_adam(param_groups)
+        separate = cfg.grad_norm_clip_mode == "separate" and value_params
+        group.clip_sets = [policy_params, value_params] if separate else [group.trainable]
+        eps = {} if cfg.optimizer_eps is None else {"eps": cfg.optimizer_eps}
+        group.optimizer = make_adam(param_groups, **eps)
         if cfg.learning_rate_scheduler:
             group.scheduler = cfg.learning_rate_scheduler(group.optimizer, **cfg.learning_rate_scheduler_kwargs)
 
@@ -398,13 +460,18 @@ class OnPolicyAgent(GroupedMultiAgent):
                     group.recurrent.ensure(raw_obs.shape[0] * raw_obs.shape[1], self.device)
                     policy_inputs.update(group.recurrent.inputs("policy"))
                     value_inputs.update(group.recurrent.inputs("value"))
-                with self._autocast():
+                unclipped = self.training and group.action_limits is not None  # sampled unclipped, clipped below
+                with self._autocast(), unclipped_sampling(group.policy) if unclipped else contextlib.nullcontext():
                     if self.training:  # one call of both networks for a batched group
                         (group_actions, group_outputs), (values, value_outputs) = group.act_many(
                             ("policy", policy_inputs), ("value", value_inputs)
                         )
                     else:
                         group_actions, group_outputs = group.act("policy", policy_inputs)
+                samples = None
+                if unclipped:  # the update trains on the sample; the env receives it clipped, as skrl would clip it
+                    samples, (low, high) = group_actions, group.action_limits
+                    group_actions = torch.clamp(samples, min=low, max=high)
                 for uid, (action, agent_outputs) in group.split(observations, group_actions, group_outputs).items():
                     actions[uid], outputs[uid] = action, agent_outputs
                 if group.recurrent is not None:  # recurrent: they move on in record_transition, after the env's answer
@@ -417,6 +484,7 @@ class OnPolicyAgent(GroupedMultiAgent):
                         observations=raw_obs,
                         states=raw_states,
                         log_prob=group_outputs["log_prob"],
+                        actions=samples,
                         values=values.float(),  # fp32: the value-clip anchor, denormalised in fp32 at the update
                         action_mask=action_mask,
                         hidden=hidden if group.recurrent is not None else None,  # recurrent
@@ -486,6 +554,8 @@ class OnPolicyAgent(GroupedMultiAgent):
             b.tensors["agent_mask"][t].fill_(True)
         for name in ("actions", "rewards", "terminated", "truncated"):
             group.stack(step[name], out=b.tensors[name][t])
+        if decision.actions is not None:  # the unclipped samples (cfg.log_prob_of_unclipped_actions)
+            b.write(t, actions=decision.actions)
         if "states" in b.tensors:
             b.write(t, states=decision.states)
         if "action_mask" in b.tensors:  # masks
@@ -516,11 +586,14 @@ class OnPolicyAgent(GroupedMultiAgent):
                 start = time.perf_counter()
                 skipped = check_finite(self.groups, skip=self.cfg.non_finite == "skip", owner=type(self).__name__)
                 self.enable_models_training_mode(True)
-                order, weights = self._update_order(), None
+                order, weights, trained = self._update_order(), None, []
                 for position, group in enumerate(order):
                     data = self._update_group(group, advantage_weights=weights)
+                    trained.append((group, data))
                     if position < len(order) - 1:  # HAPPO: the next group's advantages weighted by this one's ratio
                         weights = self._next_advantage_weights(group, data, weights)
+                if self.team_critic is not None:  # HAPPO's team critic: trained once, after every policy (HARL)
+                    self._update_team_critic(trained)
                 self.enable_models_training_mode(False)
                 self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
                 if skipped is not None:  # non-finite
@@ -555,6 +628,10 @@ class OnPolicyAgent(GroupedMultiAgent):
         """The weights of the next group's advantages after ``group`` was updated on ``data`` (``weights`` were
         its own): none for MAPPO and IPPO, whose groups are independent (HAPPO's sequential update weights them)."""
         return None
+
+    def _update_team_critic(self, trained: list[tuple[OnPolicyGroup, TrainingData | None]]) -> None:
+        """HAPPO's team critic, on every group's data after their updates (MAPPO and IPPO have none)."""
+        raise NotImplementedError
 
     def _update_group(self, group: OnPolicyGroup, advantage_weights: torch.Tensor | None = None) -> TrainingData | None:
         """PPO's update of one group: bootstrap and GAE, statistics, epochs of mini-batches (the loss, the step),
@@ -601,13 +678,15 @@ class OnPolicyAgent(GroupedMultiAgent):
             lambda_coefficient=cfg.gae_lambda,
             time_limit_bootstrap=cfg.time_limit_bootstrap,
         )
-        advantages = normalize_advantages(advantages, mask, dim=(0, 2, 3))  # per agent over (step, env)
+        # per agent over (step, env), or over the agents of a shared policy too ("pooled", the MAPPO paper's code)
+        pooled = cfg.advantage_standardization == "pooled" and not group.own_models
+        advantages = normalize_advantages(advantages, mask, dim=(0, 1, 2, 3) if pooled else (0, 2, 3))
         explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
 
         # statistics: value targets normalised with statistics refreshed by this rollout's returns (the MAPPO paper's
         # code; the clip anchor stays the critic's raw output at collection); input statistics refreshed with the
         # unmasked, finite inputs, as skrl does (with the whole rollout at once)
-        if group.value_preprocessor is not identity:
+        if group.value_preprocessor is not identity and group.trains_value:  # a team critic's: at its own update
             group.update_statistics("value", returns, mask, agent_dim=1)
             returns = group.preprocess("value", returns, agent_dim=1)
         if group.observation_preprocessor is not identity:
@@ -684,8 +763,10 @@ class OnPolicyAgent(GroupedMultiAgent):
                     value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
                 with self._autocast():
                     # both networks before the loss (one vmapped call for a batched group); the value's output is
-                    # unused when the KL stops the epoch
-                    (_, outputs), (predicted, _) = group.act_many(("policy", policy_inputs), ("value", value_inputs))
+                    # unused when the KL stops the epoch; a team critic is trained on its own
+                    calls = [("policy", policy_inputs)] + ([("value", value_inputs)] if group.trains_value else [])
+                    (_, outputs), *value_results = group.act_many(*calls)
+                    predicted = value_results[0][0].float().view(G, B, 1) if value_results else None
                     log_prob = outputs["log_prob"].float().view(G, B, 1)
                     with torch.no_grad():
                         group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), batch_mask)
@@ -700,7 +781,7 @@ class OnPolicyAgent(GroupedMultiAgent):
                         log_prob=log_prob,
                         old_log_prob=batch["log_prob"],
                         advantages=batch["advantages"],
-                        values=predicted.float().view(G, B, 1),
+                        values=predicted,
                         old_values=batch["values"],
                         returns=batch["returns"],
                         entropy=entropy,
@@ -718,7 +799,8 @@ class OnPolicyAgent(GroupedMultiAgent):
                 distributed.all_reduce_gradients_(group.trainable)
                 if cfg.grad_norm_clip > 0:
                     self.scaler.unscale_(group.optimizer)
-                    group.clip_grad_norm_(group.trainable, cfg.grad_norm_clip)
+                    for parameters in group.clip_sets:  # all together, or policy and value apart
+                        group.clip_grad_norm_(parameters, cfg.grad_norm_clip)
                 self.scaler.step(group.optimizer)
                 self.scaler.update()
                 with torch.no_grad():
@@ -747,7 +829,8 @@ class OnPolicyAgent(GroupedMultiAgent):
         normal = isinstance(group.policy.distribution(role="policy"), torch.distributions.Normal)
         for i, uid in enumerate(group.uids):
             self.track_data(f"Loss / Policy loss ({uid})", means["objective"][i])
-            self.track_data(f"Loss / Value loss ({uid})", means["critic"][i])
+            if group.trains_value:
+                self.track_data(f"Loss / Value loss ({uid})", means["critic"][i])
             if cfg.entropy_loss_scale:
                 self.track_data(f"Loss / Entropy loss ({uid})", means["entropy"][i])
             self.track_data(f"Policy / Approx KL ({uid})", means["kl"][i])

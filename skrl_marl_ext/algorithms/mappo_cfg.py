@@ -93,6 +93,26 @@ class OnPolicyCfg(MarlCfg):
     """Maximum global norm of a group's gradients (per agent); ``<= 0`` disables clipping. Gradients are unscaled
     (mixed precision) and averaged over ranks before clipping."""
 
+    grad_norm_clip_mode: str | dict[str, str] = "joint"
+    """*New.* What ``grad_norm_clip`` bounds (per agent). ``"joint"``: one norm over the policy's and the value
+    model's gradients together (skrl's). ``"separate"``: each model's gradient on its own, both to ``grad_norm_clip``
+    (the MAPPO paper's code and HARL, whose actor and critic have optimisers of their own); needs a policy and a value
+    model that share no parameters. See "Paper code" in the docs."""
+
+    optimizer_eps: float | None | dict[str, float | None] = None
+    """*New.* Adam's ``eps`` (per agent); None keeps torch's default ``1e-8`` (skrl's). The MAPPO paper's code and
+    HARL use ``1e-5``."""
+
+    advantage_standardization: str | dict[str, str] = "per_agent"
+    """*New.* Over which samples advantages are standardised (per agent). ``"per_agent"``: each agent's own (skrl's,
+    HARL's); ``"pooled"``: all the samples of the agents that share one policy model (the MAPPO paper's code with its
+    shared policy). Agents with policies of their own stay per agent either way."""
+
+    log_prob_of_unclipped_actions: bool | dict[str, bool] = False
+    """*New.* For Gaussian policies that clip their samples (skrl's ``clip_actions=True``): train on the unclipped
+    sample and its log-probability while the env receives the clipped action (per agent). False keeps skrl's
+    log-probability of the clipped action, which biases the update (see "Clipped actions" on the MAPPO page)."""
+
     ratio_clip: float | dict[str, float] = 0.2
     """Clipping coefficient of the surrogate objective (per agent); ``0`` is accepted, as skrl accepts it (the ratio
     is then clipped to 1: the surrogate is ``min(r * A, A)``)."""
@@ -177,6 +197,19 @@ class OnPolicyCfg(MarlCfg):
         for name in ("grad_norm_clip", "value_clip", "kl_threshold", "huber_delta", "value_loss_scale"):
             check_range(owner, name, getattr(self, name), low=0.0)
         check_range(owner, "entropy_loss_scale", self.entropy_loss_scale)
+        choices = {"grad_norm_clip_mode": ("joint", "separate"), "advantage_standardization": ("per_agent", "pooled")}
+        for name, allowed in choices.items():
+            values = getattr(self, name)
+            for value in values.values() if isinstance(values, dict) else [values]:
+                check_choice(owner, name, value, allowed)
+        eps = self.optimizer_eps
+        for value in eps.values() if isinstance(eps, dict) else [eps]:
+            if value is not None:
+                check_range(owner, "optimizer_eps", value, low=0.0, low_open=True)
+        unclipped = self.log_prob_of_unclipped_actions
+        for value in unclipped.values() if isinstance(unclipped, dict) else [unclipped]:
+            if not isinstance(value, bool):
+                raise ValueError(f"{owner}: cfg.log_prob_of_unclipped_actions must be True or False, got {value!r}")
         if not (isinstance(self.batch_agent_models, bool) or self.batch_agent_models == "auto"):
             raise ValueError(
                 f"{owner}: cfg.batch_agent_models must be True, False or 'auto', got {self.batch_agent_models!r}"

@@ -203,7 +203,7 @@ def ppo_loss(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
     advantages: torch.Tensor,
-    values: torch.Tensor,
+    values: torch.Tensor | None,
     old_values: torch.Tensor,
     returns: torch.Tensor,
     entropy: torch.Tensor | None = None,
@@ -218,8 +218,9 @@ def ppo_loss(
     """The clipped PPO loss as a dict of its terms (the shape of TorchRL's ``ClipPPOLoss``), over a group's batch.
 
     Every tensor is ``(G, B, 1)``: ``G`` agents, ``B`` samples each. ``values``/``returns`` are in the critic's
-    (normalised) space; ``old_values`` is the critic's output at collection, the value-clip anchor; ``entropy`` is
-    None when its scale is 0; ``mask`` marks the samples that count (None: all).
+    (normalised) space; ``old_values`` is the critic's output at collection, the value-clip anchor; ``values`` is None
+    when the value model is trained elsewhere (a team critic: ``loss_critic`` is then 0); ``entropy`` is None when its
+    scale is 0; ``mask`` marks the samples that count (None: all).
 
     :param per_agent: Each ``loss_*`` is the sum of each agent's own mean (agents with models of their own: each
         model's gradient is that of its agent's loss alone) instead of the mean over all ``G * B`` samples.
@@ -232,8 +233,16 @@ def ppo_loss(
     surrogate = clipped_surrogate_loss(
         log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, ratio_clip=ratio_clip
     )
-    critic = value_loss(
-        predicted_values=values, old_values=old_values, returns=returns, value_clip=value_clip, huber_delta=huber_delta
+    critic = (
+        value_loss(
+            predicted_values=values,
+            old_values=old_values,
+            returns=returns,
+            value_clip=value_clip,
+            huber_delta=huber_delta,
+        )
+        if values is not None
+        else torch.zeros_like(surrogate)
     )
 
     terms = {

@@ -263,6 +263,11 @@ def group_agents(
                 raise ValueError(
                     f"{owner}: agents '{other}' and '{uid}' share the {role} model but not the others; agents that "
                     f"share models must share all of {list(roles)} (or none)"
+                    + (
+                        "; HAPPO takes one value model for all agents, each with its own policy"
+                        if role == "value"
+                        else ""
+                    )
                 )
         members.setdefault(key, []).append(uid)
 
