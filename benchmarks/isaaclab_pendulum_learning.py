@@ -70,6 +70,8 @@ class Variant:
     """``agent: class`` in the config."""
     compare_with: str | None = None
     """The skrl variant this one is held against (ours only)."""
+    agent: tuple[tuple[str, object], ...] = ()
+    """Agent fields set on top of the YAML file's (an ablation; none for the shipped config)."""
 
 
 VARIANTS = {
@@ -78,6 +80,8 @@ VARIANTS = {
     "mappo": Variant("ours", "mappo", "MAPPO", "skrl-mappo"),
     "ippo": Variant("ours", "ippo", "IPPO", "skrl-ippo"),
     "happo": Variant("ours", "mappo", "HAPPO", "skrl-mappo"),
+    # an ablation, not the shipped config: time-outs bootstrapped from V(s_t), as rsl_rl does on Isaac Lab
+    "mappo-tlb": Variant("ours", "mappo", "MAPPO", "skrl-mappo", (("time_limit_bootstrap", True),)),
 }
 
 
@@ -100,6 +104,7 @@ def run_config(variant: Variant, *, seed: int, timesteps: int | None, directory:
     cfg = Runner.load_cfg_from_yaml(installed_yaml(variant.yaml))
     cfg["seed"] = seed
     cfg["agent"]["class"] = variant.agent_class
+    cfg["agent"].update(dict(variant.agent))
     cfg["agent"]["experiment"].update(directory=directory, write_interval=0, checkpoint_interval=0)
     cfg["trainer"].update(disable_progressbar=True, headless=True, close_environment_at_exit=False)
     if timesteps is not None:
@@ -441,7 +446,11 @@ def plot(by_variant: dict[str, list[dict[str, str]]], path: str, *, num_envs: in
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(v for v in VARIANTS if not VARIANTS[v].agent),
+        help="comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2 (default: %(default)s)")
     parser.add_argument("--num-envs", type=int, default=64, help="(default: %(default)s)")
     parser.add_argument("--timesteps", type=int, default=None, help="override the YAML's (for a quick check)")
