@@ -97,21 +97,62 @@ def test_gae_hand_values_and_no_leak_across_episodes():
         truncated=trunc,
         discount_factor=gamma,
         lambda_coefficient=lam,
-        time_limit_bootstrap=False,
+        time_limit_bootstrap=True,
     )
-    adv_nb, _ = compute_gae(
+    torch.testing.assert_close(adv2[:2], adv[:2])
+
+
+def test_gae_without_time_limit_bootstrap_runs_on_as_skrls():
+    """Off, a truncation is not an episode end (skrl 2.1.1): the bootstrap reads the next step's value and the
+    recursion runs on into the next episode; equal to skrl's own GAE on the same data."""
+    from skrl.multi_agents.torch.mappo.mappo import compute_gae as skrl_gae
+
+    generator = torch.Generator().manual_seed(0)
+    T, N = 12, 5
+    r, v = torch.randn(T, N, 1, generator=generator), torch.randn(T, N, 1, generator=generator)
+    last = torch.randn(1, N, 1, generator=generator)
+    term = torch.rand(T, N, 1, generator=generator) < 0.15
+    trunc = (torch.rand(T, N, 1, generator=generator) < 0.2) & ~term
+    gamma, lam = 0.9, 0.8
+    adv, ret = compute_gae(
         rewards=r,
         values=v,
-        next_values=nv,
+        next_values=torch.cat([v[1:], last]),
         terminated=term,
         truncated=trunc,
         discount_factor=gamma,
         lambda_coefficient=lam,
         time_limit_bootstrap=False,
     )
-    torch.testing.assert_close(adv2[:2], adv_nb[:2])
-    # without time_limit_bootstrap truncation drops the bootstrap
-    assert adv_nb[1].item() == pytest.approx(2.0 - 0.5)
+    skrl_returns, _ = skrl_gae(
+        rewards=r,
+        terminated=term,
+        truncated=trunc,
+        values=v,
+        last_values=last[0],
+        discount_factor=gamma,
+        lambda_coefficient=lam,
+        time_limit_bootstrap=False,
+    )
+    torch.testing.assert_close(ret, skrl_returns)
+    # one hand value: step 1 of the first example's layout, truncated, bootstraps from step 2 and carries its advantage
+    r1 = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(4, 1)
+    v1 = torch.full((4, 1), 0.5)
+    nv1 = torch.tensor([0.5, 0.5, 0.5, 100.0]).view(4, 1)
+    t1 = torch.tensor([False, False, False, True]).view(4, 1)
+    c1 = torch.tensor([False, True, False, False]).view(4, 1)
+    adv1, _ = compute_gae(
+        rewards=r1,
+        values=v1,
+        next_values=nv1,
+        terminated=t1,
+        truncated=c1,
+        discount_factor=gamma,
+        lambda_coefficient=lam,
+        time_limit_bootstrap=False,
+    )
+    d3, d2 = 4.0 - 0.5, 3.0 + gamma * 0.5 - 0.5
+    assert adv1[1].item() == pytest.approx(2.0 + gamma * 0.5 - 0.5 + gamma * lam * (d2 + gamma * lam * d3))
 
 
 def test_clipped_surrogate_hand_values():

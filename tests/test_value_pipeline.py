@@ -168,7 +168,7 @@ def model_inputs(group, obs, states):
     return obs, states
 
 
-def test_without_time_limit_bootstrap_a_truncated_step_is_terminal(monkeypatch):
+def test_without_time_limit_bootstrap_a_truncated_step_runs_on_into_the_next_episode_as_skrls(monkeypatch):
     env = CounterEnv(length=3)
     models = {
         u: {
@@ -177,6 +177,8 @@ def test_without_time_limit_bootstrap_a_truncated_step_is_terminal(monkeypatch):
         }
         for u in env.possible_agents
     }
+    gamma, lam = 0.9, 0.8
+    cfg = {"rollouts": 4, "discount_factor": gamma, "gae_lambda": lam, "time_limit_bootstrap": False}
     agent = MAPPO(
         possible_agents=env.possible_agents,
         models=models,
@@ -184,12 +186,14 @@ def test_without_time_limit_bootstrap_a_truncated_step_is_terminal(monkeypatch):
         state_spaces=env.state_spaces,
         action_spaces=env.action_spaces,
         device="cpu",
-        cfg={"rollouts": 4, "time_limit_bootstrap": False, "experiment": QUIET},
+        cfg={**cfg, "experiment": QUIET},
     )
     gae = Recorder(monkeypatch, "compute_gae")
-    drive(agent, env, 4)
+    drive(agent, env, 4)  # steps t = 0, 1, 2 (truncated), 0; V(s) = t, the value after the last step V(1) = 1
     _, (_, returns) = gae.calls[0]
-    torch.testing.assert_close(returns[2], torch.ones_like(returns[2]))  # r only
+    # skrl 2.1.1: the truncated step bootstraps from the reset observation's value (0) and carries step 3's
+    # advantage (1 + gamma * 1)
+    torch.testing.assert_close(returns[2], torch.full_like(returns[2], 1.0 + gamma * lam * (1.0 + gamma)))
 
 
 @pytest.mark.parametrize("make", ["spread", "vmas", "pettingzoo"])

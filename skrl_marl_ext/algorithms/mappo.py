@@ -661,7 +661,8 @@ class OnPolicyAgent(GroupedMultiAgent):
             last_values = rollout.skip_non_finite_bootstrap(last_values)
 
         # GAE in the env's value scale: the recorded raw outputs denormalised with the statistics they were computed
-        # with; a truncated step bootstraps from final_values (_record_final_values), never the next episode
+        # with; with time_limit_bootstrap a truncated step bootstraps from final_values (_record_final_values) and the
+        # recursion stops there; without it a truncation is not an episode end, as in skrl
         values = group.preprocess("value", b["values"], agent_dim=1, inverse=True)
         last_values = group.preprocess("value", last_values, agent_dim=1, inverse=True)
         next_values = torch.cat([values[1:], last_values])

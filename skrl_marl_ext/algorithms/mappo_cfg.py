@@ -132,10 +132,11 @@ class OnPolicyCfg(MarlCfg):
     the update is skipped, all remaining epochs included. ``0`` disables it (and its one host sync per mini-batch)."""
 
     time_limit_bootstrap: bool | dict[str, bool] = False
-    """At truncated steps, keep the bootstrap ``gamma * V(final observation)`` (per agent); off, a truncated step is
-    treated as terminated. The recursion is cut at truncation either way (skrl 2.1.1 lets the advantage leak into the
-    next episode). The final observation comes from ``infos["final_observations"]`` where the env gives it (this
-    package's envs do), else ``V(s_t)`` is used (rsl_rl's approximation); see the MAPPO page, "Time limits"."""
+    """At truncated steps, bootstrap from ``gamma * V(final observation)`` and cut the GAE recursion (per agent):
+    the recommended setting for time-limited tasks. The final observation comes from ``infos["final_observations"]``
+    where the env gives it (this package's envs do), else ``V(s_t)`` is used (rsl_rl's approximation). Off (skrl's
+    default), a truncation is not an episode end, as in skrl 2.1.1: the advantage runs on into the next episode; see
+    the MAPPO page, "Time limits"."""
 
     rewards_shaper: Callable | None = None
     """Function ``(rewards, timestep, timesteps) -> rewards`` applied before storage. It receives one group's rewards

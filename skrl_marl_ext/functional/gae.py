@@ -7,11 +7,11 @@ The two done signals do different things (as in the Gymnasium API):
 
 * ``terminated``: the episode really ended; the value of the next observation is worth nothing,
   so the bootstrap term ``gamma * V(s_{t+1})`` is dropped.
-* ``truncated``: the episode was cut by a time limit; the next observation belongs to another episode
-  (or to nothing), so the recursion ``gamma * lambda * A_{t+1}`` is cut. With ``time_limit_bootstrap``
-  the bootstrap term is kept (the episode would have gone on), otherwise truncation is treated as termination.
-
-In both cases no advantage flows from one episode into the next.
+* ``truncated``: the episode was cut by a time limit. With ``time_limit_bootstrap`` the bootstrap term is kept
+  (the episode would have gone on; the caller passes the value of the episode's own final observation) and the
+  recursion ``gamma * lambda * A_{t+1}`` is cut, so no advantage flows into the next episode. Without it the
+  truncation is not an episode end here, as in skrl 2.1.1: the bootstrap and the recursion run on into the next
+  episode (an approximation; treating a time-out as terminal instead learned worse on time-limited tasks).
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ def compute_gae(
     :param truncated: Truncation signals, shape ``(T, *batch)``, bool or 0/1.
     :param discount_factor: Discount factor ``gamma`` in ``[0, 1]``.
     :param lambda_coefficient: GAE ``lambda`` in ``[0, 1]``.
-    :param time_limit_bootstrap: Keep the bootstrap ``gamma * V(s_{t+1})`` at truncated steps.
+    :param time_limit_bootstrap: At truncated steps keep the bootstrap ``gamma * V(s_{t+1})`` and cut the recursion;
+        off, truncation is ignored (skrl's behaviour).
 
     :return: ``(advantages, returns)``, each of shape ``(T, *batch)``; ``returns = advantages + values``.
     """
     terminated = terminated.to(values.dtype)
-    truncated = truncated.to(values.dtype)
-    done = torch.clamp(terminated + truncated, max=1.0)
     # what multiplies gamma * V(s_{t+1}) and what multiplies gamma * lambda * A_{t+1}
-    bootstrap = 1.0 - (terminated if time_limit_bootstrap else done)
-    carry = (1.0 - done) * (discount_factor * lambda_coefficient)
+    bootstrap = 1.0 - terminated
+    ends = torch.clamp(terminated + truncated.to(values.dtype), max=1.0) if time_limit_bootstrap else terminated
+    carry = (1.0 - ends) * (discount_factor * lambda_coefficient)
     # one-step TD errors for every step at once; only the recursion runs over time
     deltas = rewards + discount_factor * bootstrap * next_values - values
     advantages = torch.empty_like(deltas)
@@ -87,11 +87,9 @@ def compute_gae_reference(
     for j in range(num):
         running = 0.0
         for t in reversed(range(T)):
-            episode_ends = term[t][j] or trunc[t][j]
-            if term[t][j] or (trunc[t][j] and not time_limit_bootstrap):
-                target = r[t][j]
-            else:
-                target = r[t][j] + discount_factor * nv[t][j]
+            # a truncation ends the episode only with time_limit_bootstrap (off: skrl's behaviour)
+            episode_ends = term[t][j] or (trunc[t][j] and time_limit_bootstrap)
+            target = r[t][j] if term[t][j] else r[t][j] + discount_factor * nv[t][j]
             if episode_ends:
                 running = 0.0
             running = target - v[t][j] + discount_factor * lambda_coefficient * running
