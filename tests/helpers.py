@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium
 import pytest
 import torch
 from skrl.memories.torch import RandomMemory
@@ -58,10 +59,15 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     )
 
 
-def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=False, critic_state_space=None):
+def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=False, env_states=True):
     """Per-agent (or shared) policy, target policy, critic and target critic (and with ``twin`` the second critic and
-    its target); critics sized for the joint action and the env's state (or ``critic_state_space``)."""
+    its target); critics sized for the joint action (or ``joint``) and the env's state (without ``env_states``: every
+    agent's observation concatenated)."""
     joint = joint or joint_action_space(env.action_spaces, env.possible_agents)
+    critic_state_space = None
+    if not env_states:
+        size = sum(env.observation_space(u).shape[0] for u in env.possible_agents)
+        critic_state_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
 
     def build(uid):
         cls = CategoricalMLP if hasattr(env.action_space(uid), "n") else DeterministicMLP
@@ -85,16 +91,21 @@ def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=Fals
     return {uid: build(uid) for uid in env.possible_agents}
 
 
-def make_maddpg(env, *, models=None, memories=None, cfg=None, memory_size=100):
+def make_maddpg(env, cfg=None, *, models=None, memories=None, memory_size=100, env_states=True, **model_kwargs):
+    """The MADDPG builder of every test: quiet unless ``cfg["experiment"]`` says otherwise, the models of
+    :func:`make_maddpg_models` (``model_kwargs``: ``shared``, ``hidden``, ``twin``, ``joint``) and a ``RandomMemory`` of
+    ``memory_size`` rows per agent unless given; without ``env_states`` no state spaces (the critics read every agent's
+    observation concatenated)."""
     cfg = dict(cfg or {})
     cfg.setdefault("experiment", QUIET)
+    if memories is None:
+        memories = {uid: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for uid in env.possible_agents}
     return MADDPG(
         possible_agents=env.possible_agents,
-        models=models or make_maddpg_models(env),
-        memories=memories
-        or {uid: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for uid in env.possible_agents},
+        models=models if models is not None else make_maddpg_models(env, env_states=env_states, **model_kwargs),
+        memories=memories,
         observation_spaces=env.observation_spaces,
-        state_spaces=env.state_spaces,
+        state_spaces=env.state_spaces if env_states else None,
         action_spaces=env.action_spaces,
         device=env.device,
         cfg=cfg,

@@ -1,49 +1,19 @@
-"""Builders shared by the MADDPG test modules (not a test module)."""
+"""Helpers shared by the MADDPG test modules (not a test module): gradient steps on fixed rows, spies on the models'
+inputs and gradients, hand computations, an env with action masks. The agent builder is :func:`helpers.make_maddpg`."""
 
 from __future__ import annotations
 
 import gymnasium
 import torch
-from helpers import QUIET, make_maddpg_models, spread
-from skrl.memories.torch import RandomMemory
+from helpers import make_maddpg_models, spread
 from skrl.models.torch import CategoricalMixin, Model
 from skrl.trainers.torch import SequentialTrainer
 from skrl.utils.spaces.torch import flatten_tensorized_space
 
-from skrl_marl_ext import MADDPG
 from skrl_marl_ext.trainers import mean_episode_return
 
 NEVER = 10**9
 """``cfg.learning_starts`` of an agent that only fills its replay while driven (its gradient steps: :func:`step`)."""
-
-
-def make_models(env, *, shared=False, hidden=(32, 32), env_states=True, twin=False):
-    """MADDPG's models (:func:`helpers.make_maddpg_models`); without ``env_states`` the critics read every agent's
-    observation concatenated."""
-    state_space = None
-    if not env_states:
-        size = sum(env.observation_space(u).shape[0] for u in env.possible_agents)
-        state_space = gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
-    return make_maddpg_models(env, shared=shared, hidden=hidden, twin=twin, critic_state_space=state_space)
-
-
-def make_memories(env, size=64):
-    return {uid: RandomMemory(memory_size=size, num_envs=env.num_envs) for uid in env.possible_agents}
-
-
-def make_agent(env, cfg=None, *, models=None, memories=None, env_states=True, **model_kwargs):
-    cfg = dict(cfg or {})
-    cfg.setdefault("experiment", QUIET)
-    return MADDPG(
-        possible_agents=env.possible_agents,
-        models=models if models is not None else make_models(env, env_states=env_states, **model_kwargs),
-        memories=memories if memories is not None else make_memories(env),
-        observation_spaces=env.observation_spaces,
-        state_spaces=env.state_spaces if env_states else None,
-        action_spaces=env.action_spaces,
-        device=env.device,
-        cfg=cfg,
-    )
 
 
 def step(agent):
@@ -237,7 +207,7 @@ class PlainCategorical(CategoricalMixin, Model):
 
 
 def plain_policies(env):
-    models = make_models(env, hidden=(16,))
+    models = make_maddpg_models(env)
     for uid in env.possible_agents:
         for role in ("policy", "target_policy"):
             models[uid][role] = PlainCategorical(env.observation_space(uid), env.action_space(uid))

@@ -3,8 +3,8 @@ timesteps, action masks, what ``record_transition`` stores."""
 
 import pytest
 import torch
-from helpers import drive, one_thread, spread  # noqa: F401  (one_thread: autouse)
-from maddpg_helpers import MASKED_CFG, NEVER, ConstantNoise, RandomMaskSpread, make_agent
+from helpers import drive, make_maddpg, one_thread, spread  # noqa: F401  (one_thread: autouse)
+from maddpg_helpers import MASKED_CFG, NEVER, ConstantNoise, RandomMaskSpread
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.trainers.torch import SequentialTrainer
@@ -14,7 +14,7 @@ SCALE_KEY = "Exploration / Exploration noise scale"
 
 def test_discrete_actions_are_integers_sampled_in_training_and_greedy_in_evaluation():
     env = spread(num_envs=64, num_agents=2, continuous=False)
-    agent = make_agent(env)
+    agent = make_maddpg(env)
     agent.init()
     obs, _ = env.reset()
     agent.enable_training_mode(True)
@@ -35,7 +35,7 @@ def test_continuous_noise_in_training_only_clipped_and_scheduled():
         "exploration_final_scale": 0.0,
         "exploration_timesteps": 100,
     }
-    agent = make_agent(env, cfg)
+    agent = make_maddpg(env, cfg)
     agent.init()
     obs, _ = env.reset()
     mu = agent.models["agent_0"]["policy"].act({"observations": obs["agent_0"]}, role="policy")[0]
@@ -55,7 +55,7 @@ def test_default_noise_anneals_over_the_first_third_of_the_run():
     """Defaults: GaussianNoise std 0.3, its factor 1 -> 0.1 over a third of the trainer's timesteps (BenchMARL's rule):
     the factor ``act`` applies (seen through a constant noise, and tracked where it is not 1) and the std it gives."""
     env = spread(num_envs=4096, num_agents=2)
-    agent = make_agent(env, {"exploration_noise": ConstantNoise(0.01)})  # the default schedule, a known noise
+    agent = make_maddpg(env, {"exploration_noise": ConstantNoise(0.01)})  # the default schedule, a known noise
     agent.init()
     agent.enable_training_mode(True)
     obs, _ = env.reset()
@@ -66,7 +66,7 @@ def test_default_noise_anneals_over_the_first_third_of_the_run():
         noisy, _ = agent.act(obs, env.state(), timestep=timestep, timesteps=300)
         torch.testing.assert_close((noisy["agent_0"] - mu)[inside] / 0.01, torch.full_like(mu[inside], scale))
         assert agent.tracking_data.get(SCALE_KEY, []) == ([] if scale == 1.0 else [pytest.approx(scale)])
-    agent = make_agent(env)
+    agent = make_maddpg(env)
     agent.init()
     agent.enable_training_mode(True)
     mu = agent.models["agent_0"]["policy"].act({"observations": obs["agent_0"]}, role="policy")[0]
@@ -79,7 +79,7 @@ def test_default_noise_anneals_over_the_first_third_of_the_run():
 @pytest.mark.parametrize("continuous", [True, False])
 def test_random_timesteps_act_uniformly_then_the_policy_acts(continuous):
     env = spread(num_envs=512, num_agents=2, continuous=continuous)
-    agent = make_agent(env, {"random_timesteps": 5, "exploration_initial_scale": 0.0, "exploration_final_scale": 0.0})
+    agent = make_maddpg(env, {"random_timesteps": 5, "exploration_initial_scale": 0.0, "exploration_final_scale": 0.0})
     agent.init()
     agent.enable_training_mode(True)
     obs, _ = env.reset()
@@ -100,7 +100,7 @@ def test_masked_actions_are_never_taken_in_random_exploring_and_greedy_steps(dic
     env = RandomMaskSpread(num_envs=32, dict_obs=dict_obs)
     # a standardising preprocessor scrambles the mask part of Dict observations: the agent reads the raw one
     cfg = dict(MASKED_CFG, observation_preprocessor=RunningStandardScaler if dict_obs else None)
-    agent = make_agent(env, cfg, hidden=(16,))
+    agent = make_maddpg(env, cfg)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 10, "disable_progressbar": True})
     trainer.train()  # 4 uniform random steps, then sampling with gradient steps
     trained = env.taken
@@ -113,7 +113,7 @@ def test_masked_actions_are_never_taken_in_random_exploring_and_greedy_steps(dic
 @pytest.mark.parametrize("dict_obs", [False, True])
 def test_replay_stores_the_masks_of_observations_and_next_observations(dict_obs):
     env = RandomMaskSpread(num_envs=4, dict_obs=dict_obs)
-    agent = drive(make_agent(env, {"learning_starts": NEVER}, hidden=(16,)), env, 6)
+    agent = drive(make_maddpg(env, {"learning_starts": NEVER}), env, 6)
     for uid in env.possible_agents:
         tensors = agent.memories[uid].tensors
         assert tensors["action_mask"].dtype == tensors["next_action_mask"].dtype == torch.bool
@@ -127,7 +127,7 @@ def test_ended_rows_store_the_final_observation_as_next_observation(given):
     # the built-in spread env hands the ended episodes' final observations and states; without them the stored next
     # observation of an ended row is the next episode's first one (what the env returns after its in-place reset)
     env = spread(num_envs=4, num_agents=2, continuous=True, seed=1, episode_length=3)
-    agent = make_agent(env, {"learning_starts": NEVER})
+    agent = make_maddpg(env, {"learning_starts": NEVER})
     seen = []
 
     def infos_fn(t, infos):

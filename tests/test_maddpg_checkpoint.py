@@ -3,8 +3,8 @@ the replay kept in a checkpoint."""
 
 import pytest
 import torch
-from helpers import drive, one_thread, params, spread  # noqa: F401  (one_thread: autouse)
-from maddpg_helpers import MASKED_CFG, RandomMaskSpread, make_agent, make_memories, train
+from helpers import drive, make_maddpg, one_thread, params, spread  # noqa: F401  (one_thread: autouse)
+from maddpg_helpers import MASKED_CFG, RandomMaskSpread, train
 from skrl.resources.noises.torch import OrnsteinUhlenbeckNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.trainers.torch import SequentialTrainer
@@ -23,10 +23,10 @@ def test_checkpoint_round_trip(tmp_path):
         "learning_rate_scheduler_kwargs": {"step_size": 3, "gamma": 0.5},
         "exploration_noise": OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0),
     }
-    agent = drive(make_agent(env, cfg), env, 10)
+    agent = drive(make_maddpg(env, cfg), env, 10)
     path = str(tmp_path / "agent.pt")
     agent.save(path)
-    fresh = make_agent(env, cfg)
+    fresh = make_maddpg(env, cfg)
     fresh.load(path)
     for uid in env.possible_agents:
         modules, loaded = agent.checkpoint_modules[uid], fresh.checkpoint_modules[uid]
@@ -69,10 +69,10 @@ def test_checkpoint_round_trip(tmp_path):
 def test_twin_critics_round_trip_a_checkpoint(tmp_path):
     env = spread(num_envs=4, num_agents=2, continuous=True)
     cfg = {"gradient_steps": 1, "batch_size": 16, "learning_starts": 2}
-    agent = drive(make_agent(env, cfg, twin=True), env, 8)
+    agent = drive(make_maddpg(env, cfg, twin=True), env, 8)
     path = str(tmp_path / "agent.pt")
     agent.save(path)
-    fresh = make_agent(env, cfg, twin=True)
+    fresh = make_maddpg(env, cfg, twin=True)
     fresh.load(path)
     for uid in env.possible_agents:
         modules, loaded = agent.checkpoint_modules[uid], fresh.checkpoint_modules[uid]
@@ -90,7 +90,7 @@ def test_twin_critics_round_trip_a_checkpoint(tmp_path):
 @pytest.mark.parametrize("dict_obs", [False, True])
 def test_masked_maddpg_trains_through_the_trainer_and_round_trips_a_checkpoint(dict_obs, tmp_path):
     env = RandomMaskSpread(num_envs=8, dict_obs=dict_obs)
-    agent = make_agent(env, MASKED_CFG, hidden=(16,))
+    agent = make_maddpg(env, MASKED_CFG)
     before = params(agent.models["agent_0"]["policy"])
     train(env, agent, 12)
     assert not torch.equal(params(agent.models["agent_0"]["policy"]), before)
@@ -98,7 +98,7 @@ def test_masked_maddpg_trains_through_the_trainer_and_round_trips_a_checkpoint(d
     assert env.violations == 0 and len(agent.memories["agent_0"]) == 12 * 8
     path = str(tmp_path / "masked.pt")
     agent.save(path)
-    fresh = make_agent(env, MASKED_CFG, hidden=(16,))
+    fresh = make_maddpg(env, MASKED_CFG)
     fresh.load(path)
     for uid in env.possible_agents:
         for role in ("policy", "target_policy", "critic", "target_critic"):
@@ -113,7 +113,7 @@ def test_masked_maddpg_trains_through_the_trainer_and_round_trips_a_checkpoint(d
 def test_a_loaded_agent_continues_its_schedules_from_the_saved_step(tmp_path):
     env = spread(num_envs=4, num_agents=2, continuous=True)
     cfg = {"batch_size": 8, "exploration_final_scale": 0.1, "exploration_timesteps": 40, "learning_starts": 10}
-    agent = drive(make_agent(env, cfg), env, 20)
+    agent = drive(make_maddpg(env, cfg), env, 20)
     path = tmp_path / "agent.pt"
     agent.save(str(path))
     saved = torch.load(path, weights_only=True)
@@ -125,7 +125,7 @@ def test_a_loaded_agent_continues_its_schedules_from_the_saved_step(tmp_path):
         },
     )
 
-    fresh = make_agent(env, cfg)
+    fresh = make_maddpg(env, cfg)
     fresh.load(str(path))
     before = params(fresh.models["agent_0"]["critic"])
     drive(fresh, env, 1)  # the trainer's timestep 0 is the run's step 20
@@ -151,7 +151,7 @@ def test_checkpoint_replay_size_is_the_documented_formula(tmp_path):
     memory_size, sizes = 64, {}
     for keep in (False, True):
         cfg = {"batch_size": 8, "gradient_steps": 1, "checkpoint_replay": keep}
-        agent = drive(make_agent(env, cfg, memories=make_memories(env, memory_size)), env, memory_size + 2)
+        agent = drive(make_maddpg(env, cfg, memory_size=memory_size), env, memory_size + 2)
         agent.save(str(tmp_path / f"{keep}.pt"))
         sizes[keep] = (tmp_path / f"{keep}.pt").stat().st_size
     expected = _replay_bytes_per_row(env) * memory_size * env.num_envs  # the memories have wrapped: all rows
@@ -162,10 +162,10 @@ def test_checkpoint_replay_round_trips_rows_indexes_and_noise_state(tmp_path):
     env = spread(num_envs=4, num_agents=2, continuous=True)
     noise = OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2, base_scale=1.0)
     cfg = {"batch_size": 8, "checkpoint_replay": True, "exploration_noise": noise, "exploration_final_scale": 1.0}
-    agent = drive(make_agent(env, cfg, memories=make_memories(env, 16)), env, 10)  # 10 of 16 rows written
+    agent = drive(make_maddpg(env, cfg, memory_size=16), env, 10)  # 10 of 16 rows written
     path = tmp_path / "agent.pt"
     agent.save(str(path))
-    fresh = make_agent(env, cfg, memories=make_memories(env, 16))
+    fresh = make_maddpg(env, cfg, memory_size=16)
     fresh.load(str(path))
     for uid in env.possible_agents:
         a, b = agent.memories[uid], fresh.memories[uid]
@@ -186,7 +186,7 @@ def test_best_agent_keeps_no_replay_rows_and_loads_with_an_empty_replay(tmp_path
     env = spread(num_envs=4, num_agents=2, continuous=True, episode_length=5)
     experiment = {"directory": str(tmp_path), "experiment_name": "run", "write_interval": 4, "checkpoint_interval": 8}
     cfg = {"batch_size": 8, "checkpoint_replay": True, "experiment": experiment}
-    agent = make_agent(env, cfg, memories=make_memories(env, 16))
+    agent = make_maddpg(env, cfg, memory_size=16)
     SequentialTrainer(
         env=env, agents=agent, cfg={"timesteps": 16, "headless": True, "disable_progressbar": True}
     ).train()
@@ -194,7 +194,7 @@ def test_best_agent_keeps_no_replay_rows_and_loads_with_an_empty_replay(tmp_path
     assert best, "a best checkpoint was kept (episodes ended, rewards were tracked)"
     assert all(t.shape[0] == 0 for uid in best for t in best[uid]["replay"]["tensors"].values())
     checkpoints = tmp_path / "run" / "checkpoints"
-    fresh = make_agent(env, cfg, memories=make_memories(env, 16))
+    fresh = make_maddpg(env, cfg, memory_size=16)
     fresh.load(str(checkpoints / "best_agent.pt"))
     assert all(len(fresh.memories[uid]) == 0 for uid in env.possible_agents)
     fresh.load(str(checkpoints / "agent_16.pt"))
@@ -203,8 +203,8 @@ def test_best_agent_keeps_no_replay_rows_and_loads_with_an_empty_replay(tmp_path
 
 def test_a_replay_of_another_memory_size_is_refused(tmp_path):
     env = spread(num_envs=4, num_agents=2, continuous=True)
-    agent = drive(make_agent(env, {"checkpoint_replay": True}, memories=make_memories(env, 8)), env, 10)
+    agent = drive(make_maddpg(env, {"checkpoint_replay": True}, memory_size=8), env, 10)
     agent.save(str(tmp_path / "agent.pt"))
-    bigger = make_agent(env, {"checkpoint_replay": True}, memories=make_memories(env, 16))
+    bigger = make_maddpg(env, {"checkpoint_replay": True}, memory_size=16)
     with pytest.raises(ValueError, match="module 'replay' does not fit.*memory_size and num_envs"):
         bigger.load(str(tmp_path / "agent.pt"))

@@ -5,8 +5,8 @@ import copy
 
 import pytest
 import torch
-from helpers import drive, one_thread, params, spread  # noqa: F401  (one_thread: autouse)
-from maddpg_helpers import RandomMaskSpread, make_agent, make_memories, make_models, plain_policies
+from helpers import drive, make_maddpg, make_maddpg_models, one_thread, params, spread  # noqa: F401  (autouse)
+from maddpg_helpers import RandomMaskSpread, plain_policies
 from skrl.memories.torch import RandomMemory
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.trainers.torch import SequentialTrainer
@@ -20,11 +20,11 @@ from skrl_marl_ext.trainers import StepTrainer
 @pytest.mark.parametrize("trainer_cls", [SequentialTrainer, StepTrainer])
 def test_default_config_trains_and_evaluates_through_trainers(trainer_cls, continuous):
     env = spread(num_envs=4, num_agents=2, continuous=continuous)
-    models = make_models(env)
-    agent = MADDPG(
+    models = make_maddpg_models(env)
+    agent = MADDPG(  # the constructor itself, as a user calls it: cfg={} (make_maddpg would quiet the experiment)
         possible_agents=env.possible_agents,
         models=models,
-        memories=make_memories(env),
+        memories={uid: RandomMemory(memory_size=64, num_envs=env.num_envs) for uid in env.possible_agents},
         observation_spaces=env.observation_spaces,
         state_spaces=env.state_spaces,
         action_spaces=env.action_spaces,
@@ -47,7 +47,7 @@ def test_default_config_trains_and_evaluates_through_trainers(trainer_cls, conti
 
 
 def _bad_critic(env):
-    models = make_models(env)
+    models = make_maddpg_models(env)
     for uid in env.possible_agents:  # sized with the agent's own action space instead of the joint one
         for role in ("critic", "target_critic"):
             models[uid][role] = QMLP(state_space=env.state_space(uid), action_space=env.action_space(uid))
@@ -55,20 +55,20 @@ def _bad_critic(env):
 
 
 def _gaussian_policy(env):
-    models = make_models(env)
+    models = make_maddpg_models(env)
     space = env.action_space("agent_0")
     models["agent_0"]["policy"] = GaussianMLP(observation_space=env.observation_space("agent_0"), action_space=space)
     return models
 
 
 def _without(env, role):
-    models = make_models(env)
+    models = make_maddpg_models(env)
     del models["agent_1"][role]
     return models
 
 
 def _same_target(env):
-    models = make_models(env)
+    models = make_maddpg_models(env)
     models["agent_0"]["target_policy"] = models["agent_0"]["policy"]
     return models
 
@@ -97,12 +97,12 @@ def test_bad_input_is_refused_at_construction(build, match):
     if "memories" in kwargs and kwargs["memories"] is None:
         kwargs["memories"] = {}
     with pytest.raises(ValueError, match=match):
-        make_agent(env, **kwargs)
+        make_maddpg(env, **kwargs)
 
 
 def test_memories_with_the_wrong_num_envs_are_refused():
     env = spread(num_envs=4, num_agents=2, continuous=True)
-    agent = make_agent(env, memories={uid: RandomMemory(memory_size=8, num_envs=3) for uid in env.possible_agents})
+    agent = make_maddpg(env, memories={uid: RandomMemory(memory_size=8, num_envs=3) for uid in env.possible_agents})
     with pytest.raises(ValueError, match="num_envs=3 but the env gives 4"):
         drive(agent, env, 1)
 
@@ -114,21 +114,21 @@ def test_policy_regularization_refuses_or_skips_a_policy_without_the_pre_tanh_ou
             return actions, {}
 
     env = spread(num_envs=2, num_agents=2, continuous=True)
-    models = make_models(env)
+    models = make_maddpg_models(env, hidden=(32, 32))
     for uid in env.possible_agents:
         models[uid]["policy"] = NoPreTanh(
             observation_space=env.observation_space(uid), action_space=env.action_space(uid), hidden_sizes=(32, 32)
         )
     with pytest.raises(ValueError, match="policy_regularization is 0.001 but the policy of agents .* gives no"):
-        make_agent(env, {"policy_regularization": 1e-3}, models=models)
-    agent = make_agent(env, {"policy_regularization": 0.0}, models=copy.deepcopy(models))  # off: any policy
+        make_maddpg(env, {"policy_regularization": 1e-3}, models=models)
+    agent = make_maddpg(env, {"policy_regularization": 0.0}, models=copy.deepcopy(models))  # off: any policy
     assert [g.policy_regularization for g in agent.groups] == [0.0]
     with pytest.warns(UserWarning, match="default pre-tanh penalty .* is off for them"):  # None: where given
-        agent = make_agent(env, {"policy_regularization": None}, models=copy.deepcopy(models))
+        agent = make_maddpg(env, {"policy_regularization": None}, models=copy.deepcopy(models))
     assert [g.policy_regularization for g in agent.groups] == [0.0]
-    agent = make_agent(env, {"policy_regularization": None})  # DeterministicMLP policies: the paper code's weight
+    agent = make_maddpg(env, {"policy_regularization": None})  # DeterministicMLP policies: the paper code's weight
     assert [g.policy_regularization for g in agent.groups] == [1e-3]
-    assert [g.policy_regularization for g in make_agent(env).groups] == [0.0]  # the default: off
+    assert [g.policy_regularization for g in make_maddpg(env).groups] == [0.0]  # the default: off
 
 
 @pytest.mark.parametrize(
@@ -142,27 +142,27 @@ def test_policy_regularization_refuses_or_skips_a_policy_without_the_pre_tanh_ou
 def test_smoothing_and_penalty_config_is_checked(cfg, match):
     env = spread(num_envs=2, num_agents=2, continuous=True)
     with pytest.raises(ValueError, match=match):
-        make_agent(env, cfg)
+        make_maddpg(env, cfg)
 
 
 def test_twin_critics_bad_models_are_refused():
     env = spread(num_envs=2, num_agents=2, continuous=True)
-    models = make_models(env, twin=True)
+    models = make_maddpg_models(env, twin=True)
     del models["agent_1"]["critic_2"], models["agent_1"]["target_critic_2"]
     with pytest.raises(ValueError, match=r"agents \['agent_1'\] lack \['critic_2', 'target_critic_2'\]"):
-        make_agent(env, models=models)
-    models = make_models(env, twin=True)
+        make_maddpg(env, models=models)
+    models = make_maddpg_models(env, twin=True)
     for uid in env.possible_agents:
         del models[uid]["target_critic_2"]
     with pytest.raises(ValueError, match="target_critic_2"):
-        make_agent(env, models=models)
-    models = make_models(env, twin=True)
+        make_maddpg(env, models=models)
+    models = make_maddpg_models(env, twin=True)
     for uid in env.possible_agents:
         models[uid]["critic_2"] = models[uid]["critic"]
     with pytest.raises(ValueError, match="critic and critic_2|serves"):
-        make_agent(env, models=models)
+        make_maddpg(env, models=models)
     with pytest.raises(ValueError, match="policy_delay must be a positive integer"):
-        make_agent(env, {"policy_delay": 0})
+        make_maddpg(env, {"policy_delay": 0})
 
 
 UNMASKED_POLICY = (
@@ -176,13 +176,13 @@ def test_unmasked_policy_is_refused_at_construction_for_a_dict_mask():
     env = RandomMaskSpread(num_envs=4, dict_obs=True)
     match = UNMASKED_POLICY.format('the "action_mask" entry of their Dict observation space')
     with pytest.raises(ValueError, match=match):
-        make_agent(env, models=plain_policies(env))
+        make_maddpg(env, models=plain_policies(env))
 
 
 @pytest.mark.parametrize("training", [True, False])
 def test_unmasked_policy_is_refused_at_the_first_masked_infos(training):
     env = RandomMaskSpread(num_envs=4)
-    agent = make_agent(env, models=plain_policies(env))  # no mask in the spaces: accepted
+    agent = make_maddpg(env, models=plain_policies(env))  # no mask in the spaces: accepted
     with pytest.raises(ValueError, match=UNMASKED_POLICY.format(r'infos\["action_mask"\]')):
         drive(agent, env, 3, training=training)
     assert env.taken == 4 * 2  # refused at the first step, whose infos carry the masks

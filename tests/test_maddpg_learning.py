@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from helpers import one_thread, spread  # noqa: F401  (one_thread: autouse)
-from maddpg_helpers import evaluate, make_agent, make_memories, train
+from helpers import make_maddpg, one_thread, spread  # noqa: F401  (one_thread: autouse)
+from maddpg_helpers import evaluate, train
 
 
 @pytest.mark.slow
@@ -11,7 +11,7 @@ def test_learns_continuous_spread():
     # the default config; 3 agents, 16 envs, 1000 steps; the greedy team return must pass -12 (zero actions: far below)
     torch.manual_seed(0)
     env = spread(num_envs=16, num_agents=3, continuous=True, seed=0)
-    agent = make_agent(env, {}, memories=make_memories(env, 1000), hidden=(64, 64))
+    agent = make_maddpg(env, {}, memory_size=1000, hidden=(64, 64))
     train(env, agent, 1000)
     assert evaluate(agent, 3, continuous=True) > -12.0
 
@@ -22,6 +22,6 @@ def test_learns_discrete_spread():
     # 600 steps
     torch.manual_seed(0)
     env = spread(num_envs=16, num_agents=2, continuous=False, seed=0)
-    agent = make_agent(env, {}, memories=make_memories(env, 1000), hidden=(64, 64))
+    agent = make_maddpg(env, {}, memory_size=1000, hidden=(64, 64))
     train(env, agent, 600)
     assert evaluate(agent, 2, continuous=False) > -12.0

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import drive, one_thread, params, spread  # noqa: F401  (one_thread: autouse)
+from helpers import drive, make_maddpg, one_thread, params, spread  # noqa: F401  (one_thread: autouse)
 from maddpg_helpers import (
     NEVER,
     ConstantNoise,
@@ -15,7 +15,6 @@ from maddpg_helpers import (
     fix_indexes,
     hand_critic_losses,
     joint_part,
-    make_agent,
     record_grads,
     record_role_grads,
     spy,
@@ -123,7 +122,7 @@ def test_gradient_step_takes_the_gradients_of_the_functional_losses(case):
     env = spread(num_envs=4, num_agents=3, continuous=True, seed=9, agent_masks=kinds.get("agent_masks", False))
     cfg = {"batch_size": 32, "discount_factor": 0.9, "learning_starts": NEVER, "gradient_steps": 1, **cfg}
     twin = kinds.get("twin", False)
-    agent = make_agent(env, cfg, shared=kinds.get("shared", False), twin=twin, hidden=(16,))
+    agent = make_maddpg(env, cfg, shared=kinds.get("shared", False), twin=twin)
     drive(agent, env, 20)
     batch = fix_indexes(agent)
     models = copy.deepcopy({uid: agent.models[uid] for uid in env.possible_agents})
@@ -163,7 +162,7 @@ def test_policy_regularization_adds_the_mean_square_of_the_pre_tanh_output(batch
         "policy_regularization": 0.01,
         "batch_agent_models": batched,
     }
-    agent = make_agent(env, cfg)
+    agent = make_maddpg(env, cfg)
     drive(agent, env, 10)
     batch = fix_indexes(agent)
     uids = env.possible_agents
@@ -201,7 +200,7 @@ def test_critic_target_matches_hand_computation(time_limit_bootstrap):
         "gradient_steps": 1,
         "time_limit_bootstrap": time_limit_bootstrap,
     }
-    agent = make_agent(env, cfg)
+    agent = make_maddpg(env, cfg)
     drive(agent, env, 30)
     generator = torch.Generator().manual_seed(0)
     for uid in env.possible_agents:  # random rewards, some terminated and truncated rows, the same for every agent
@@ -254,7 +253,7 @@ def test_target_policy_smoothing_matches_hand_computation(value):
         "smooth_regularization_noise": ConstantNoise(value),
         "smooth_regularization_clip": 0.5,
     }
-    agent = make_agent(env, cfg)
+    agent = make_maddpg(env, cfg)
     drive(agent, env, 30)
     models = agent.models
     with torch.no_grad():  # target actions near the bounds, so that the noise crosses them in some rows
@@ -288,7 +287,7 @@ def test_twin_critics_target_and_loss_match_hand_computation(batched):
         "gradient_steps": 1,
         "batch_agent_models": batched,
     }
-    agent = make_agent(env, cfg, twin=True)
+    agent = make_maddpg(env, cfg, twin=True)
     drive(agent, env, 30)
     generator = torch.Generator().manual_seed(1)
     for uid in env.possible_agents:  # rewards in the scale of Q, so that the target's min matters
@@ -340,7 +339,7 @@ def test_twin_critics_both_learn_and_the_actor_follows_the_first(batched):
         "polyak": 0.25,
         "batch_agent_models": batched,
     }
-    agent = make_agent(env, cfg, twin=True)
+    agent = make_maddpg(env, cfg, twin=True)
     drive(agent, env, 10)
     models, uids = agent.models, env.possible_agents
     batch = fix_indexes(agent)
@@ -373,7 +372,7 @@ def test_twin_critics_both_learn_and_the_actor_follows_the_first(batched):
 
 def test_targets_follow_polyak_after_each_gradient_step():
     env = spread(num_envs=4, num_agents=2, continuous=True)
-    agent = make_agent(env, {"batch_size": 16, "polyak": 0.2, "learning_starts": NEVER, "gradient_steps": 1})
+    agent = make_maddpg(env, {"batch_size": 16, "polyak": 0.2, "learning_starts": NEVER, "gradient_steps": 1})
     drive(agent, env, 10)
     models = agent.models["agent_1"]
     assert torch.equal(params(models["target_critic"]), params(models["critic"]))  # hard copy at construction
@@ -393,7 +392,7 @@ def test_policy_delay_steps_the_actor_and_the_targets_every_nth_gradient_step(tw
     on those steps only, as skrl's TD3 does."""
     env = spread(num_envs=4, num_agents=2, continuous=True, seed=8)
     cfg = {"batch_size": 16, "learning_starts": NEVER, "gradient_steps": 1, "polyak": 0.5, "policy_delay": 2}
-    agent = make_agent(env, cfg, twin=twin)
+    agent = make_maddpg(env, cfg, twin=twin)
     drive(agent, env, 10)
     models, uids = agent.models, env.possible_agents
     critics = ("critic", "critic_2") if twin else ("critic",)
@@ -430,7 +429,7 @@ def test_schedulers_count_only_the_steps_their_optimiser_took():
     }
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*lr_scheduler")  # torch: a scheduler stepped before its optimiser
-        agent = drive(make_agent(env, cfg), env, 10)
+        agent = drive(make_maddpg(env, cfg), env, 10)
     for uid in env.possible_agents:
         modules = agent.checkpoint_modules[uid]
         assert modules["critic_scheduler"].last_epoch == 10
@@ -448,7 +447,7 @@ def test_a_policy_step_the_grad_scaler_skipped_does_not_step_its_scheduler():
         "learning_rate_scheduler": torch.optim.lr_scheduler.StepLR,
         "learning_rate_scheduler_kwargs": {"step_size": 1, "gamma": 0.5},
     }
-    agent = make_agent(env, cfg)
+    agent = make_maddpg(env, cfg)
     for uid in env.possible_agents:
         next(agent.models[uid]["policy"].parameters()).register_hook(lambda grad: torch.full_like(grad, float("inf")))
     with warnings.catch_warnings():
@@ -468,7 +467,7 @@ def test_discrete_actor_gradient_flows_through_gumbel_into_the_acting_agent_only
     policy gets exactly one gradient (from its own agent's loss), agent_1's non-zero."""
     env = spread(num_envs=4, num_agents=3, continuous=False)
     cfg = {"batch_size": 32, "learning_starts": NEVER, "gradient_steps": 1, "batch_agent_models": False}
-    agent = make_agent(env, cfg)  # the loop: gradients reach each model's own parameters (batched: test_batched.py)
+    agent = make_maddpg(env, cfg)  # the loop: gradients reach each model's own parameters (batched: test_batched.py)
     drive(agent, env, 20)
     batch = fix_indexes(agent)
     uids = env.possible_agents
@@ -490,7 +489,7 @@ def test_discrete_actor_gradient_flows_through_gumbel_into_the_acting_agent_only
 def test_masked_agents_contribute_zero_gradient():
     env = spread(num_envs=4, num_agents=2, continuous=True, agent_masks=True)
     cfg = {"batch_size": 32, "learning_starts": NEVER, "gradient_steps": 1, "batch_agent_models": False}
-    agent = make_agent(env, cfg)  # the loop: gradients reach each model's own parameters (batched: test_batched.py)
+    agent = make_maddpg(env, cfg)  # the loop: gradients reach each model's own parameters (batched: test_batched.py)
     drive(agent, env, 30)
     assert agent.memories["agent_0"].tensors["agent_mask"].dtype == torch.bool
     agent.memories["agent_1"].tensors["agent_mask"].fill_(False)  # agent_1 dead in every stored step
@@ -511,7 +510,7 @@ def test_masked_agents_contribute_zero_gradient():
 
 def test_shared_models_form_one_group():
     env = spread(num_envs=4, num_agents=3, continuous=True)
-    agent = make_agent(env, {"batch_size": 16, "learning_starts": 5}, shared=True)
+    agent = make_maddpg(env, {"batch_size": 16, "learning_starts": 5}, shared=True)
     assert len(agent.groups) == 1 and agent.groups[0].uids == env.possible_agents
     before = params(agent.models["agent_0"]["policy"])
     drive(agent, env, 10)
@@ -527,7 +526,7 @@ def test_target_next_actions_are_allowed_greedy_actions_of_the_stored_next_masks
     target policy's logits among the actions its stored ``next_action_mask`` allows."""
     env = RandomMaskSpread(num_envs=8)
     cfg = {"batch_size": 64, "learning_starts": NEVER, "gradient_steps": 1, "batch_agent_models": False}
-    agent = drive(make_agent(env, cfg, hidden=(16,)), env, 12)
+    agent = drive(make_maddpg(env, cfg), env, 12)
     batch = fix_indexes(agent)
     seen = spy(agent.models["agent_0"]["target_critic"], "taken_actions")
     step(agent)
@@ -555,7 +554,7 @@ def test_actor_gumbel_action_is_zero_on_masked_actions_with_finite_gradients():
         "gumbel_temperature": 0.25,
         "batch_agent_models": False,  # the loop: gradients reach each model's own parameters
     }
-    agent = drive(make_agent(env, cfg, hidden=(16,)), env, 12)
+    agent = drive(make_maddpg(env, cfg), env, 12)
     batch = fix_indexes(agent)
     seen = spy(agent.models["agent_1"]["critic"], "taken_actions", roles=("critic",))
     grads = record_grads(list(agent.models["agent_1"]["policy"].parameters()))
@@ -579,7 +578,7 @@ def _gloo_worker(rank: int, port: int, out_dir: str) -> None:
         torch.manual_seed(100 + rank)  # different initial weights per rank: the broadcast must fix that
         env = spread(num_envs=4, num_agents=2, continuous=True, seed=10 + rank)  # different data per rank
         cfg = {"batch_size": 16, "state_preprocessor": RunningStandardScaler}
-        agent = make_agent(env, cfg)
+        agent = make_maddpg(env, cfg)
         agent.init()
         initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
         drive(agent, env, 8)

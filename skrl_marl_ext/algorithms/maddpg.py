@@ -10,43 +10,20 @@ global state and *every* agent's action. With ``B`` joint transitions drawn from
   policy's (differentiable) one, the others are the stored ones;
 - targets: ``target = polyak * online + (1 - polyak) * target`` after every gradient step (skrl's convention).
 
-The losses and targets are the pure functions of :mod:`skrl_marl_ext.functional.maddpg`. The class reads in skrl's
-lifecycle order: construction, acting, recording, ``post_interaction``/``update``, then the gradient step in its
-phases: sample, critic targets, critic step, actor step (every ``cfg.policy_delay`` steps), target updates.
+The losses and targets are the pure functions of :mod:`skrl_marl_ext.functional.maddpg`; the joint replay (one skrl
+memory per agent, every batch read at the same rows of every memory) is :mod:`skrl_marl_ext.storage.replay`. As in
+the PPO agents, the agents form groups (sharing models, or their own models run as one stacked batch:
+:mod:`skrl_marl_ext.groups`), and each group's two optimisers take one step per gradient step.
 
-Memories
---------
-One skrl memory per agent (``RandomMemory(memory_size=..., num_envs=env.num_envs)``), written at every step for every
-agent. A gradient step draws *one* set of indexes and reads it from every memory, so row ``b`` of every agent's batch
-is the same (step, env): one joint transition. Independent draws per memory would pair agent ``i``'s observation
-with other agents' actions from other moments, and the critic would learn nonsense.
+The class reads in skrl's lifecycle order: construction, acting, recording, ``post_interaction``/``update``, then the
+gradient step in its phases: sample, critic targets, critic step, actor step (every ``cfg.policy_delay`` steps),
+target updates.
 
-Agent groups
-------------
-As in the PPO agents, agents whose models dicts hold the *same* policy, target policy, critic and target critic
-objects form a group: their batches are stacked into ``(G * B, ...)`` rows, each loss is one mean over the group,
-and each of the group's two optimisers takes one step.
-
-Action masks
-------------
-Discrete agents honour action masks as the PPO agents do. A mask is boolean ``(num_envs, n)``, True where an action is
-allowed, given either as the ``"action_mask"`` entry of a ``gymnasium.spaces.Dict`` observation space (PettingZoo's
-convention; read from the raw flattened observation) or as ``infos["action_mask"] = {agent: mask}`` returned with the
-observations by ``env.step`` (so the mask of the observation acted on at step ``t + 1`` comes from the infos of step
-``t``; there is none after ``reset()``, which skrl's trainers do not hand to agents, so the first step is unmasked:
-put a mask that must hold from the start in the observation). The policy must be a
-:class:`~skrl_marl_ext.models.MaskedCategoricalMixin` model (e.g. :class:`~skrl_marl_ext.models.CategoricalMLP`);
-another is refused (at construction for a Dict mask, at the first masked infos otherwise).
-
-- acting: the mask reaches the policy as ``inputs["action_mask"]``; sampled, greedy (argmax of the masked logits)
-  and uniform random (``cfg.random_timesteps``) actions are all allowed ones;
-- replay: every Discrete agent's memory also holds ``action_mask`` (the mask of ``observations``) and
-  ``next_action_mask`` (of ``next_observations``), bool ``(n,)``, all True where no mask was given;
-- targets: ``a'_j`` is the argmax of ``mu'_j``'s logits masked with ``next_action_mask``;
-- actor: the straight-through Gumbel-softmax runs on the logits masked with ``action_mask``: masked actions get weight
-  exactly 0 in the relaxed and the hard action, and a zero (finite) gradient.
-
-A mask row with no allowed action (e.g. the zero observation of an absent agent) is taken as all allowed.
+Discrete agents honour action masks (bool ``(num_envs, n)``, True where allowed), given as the ``"action_mask"`` entry
+of a ``Dict`` observation space or as ``infos["action_mask"]`` with the observations ``env.step`` returns: acting
+takes only allowed actions, the replay keeps ``action_mask`` and ``next_action_mask`` rows, the target policies'
+argmax and the actor's Gumbel-softmax are masked with them. A row that allows nothing is taken as all allowed.
+See "Action masks" in ``docs/maddpg.md``.
 """
 
 from __future__ import annotations
@@ -150,30 +127,17 @@ class MADDPG(GroupedMultiAgent):
     action, deterministic (Box) or Gumbel-softmax (Discrete) policies, one replay memory per agent sampled at shared
     indexes; the update, its options and their defaults are on the MADDPG docs page (``docs/maddpg.md``).
 
-    Discrete agents honour action masks, given as the ``"action_mask"`` entry of a ``Dict`` observation space or as
-    ``infos["action_mask"][agent]`` (bool ``(num_envs, n)``, True where allowed) with the observations ``env.step``
-    returns; their policies must then be :class:`~skrl_marl_ext.models.MaskedCategoricalMixin` models. Masked actions
-    are never taken (exploration, ``cfg.random_timesteps``, evaluation), never chosen by a target policy, and get zero
-    weight in the actor's Gumbel-softmax action; see "Action masks" in the module docstring.
-
     :param possible_agents: Agent names (``env.possible_agents``).
-    :param models: ``{agent: {"policy", "target_policy", "critic", "target_critic": Model}}``. Policies of Box
-        action spaces are ``DeterministicMixin`` models (e.g. :class:`~skrl_marl_ext.models.DeterministicMLP`),
-        of Discrete ones ``CategoricalMixin`` models whose logits are ``outputs["net_output"]`` (e.g.
-        :class:`~skrl_marl_ext.models.CategoricalMLP`), ``MaskedCategoricalMixin`` ones when the env gives action
-        masks (a ``Dict`` observation space with an ``"action_mask"`` entry, or ``infos["action_mask"]``). A
-        critic reads ``inputs["states"]`` (the env's state, or every agent's observation concatenated in
-        ``possible_agents`` order when ``state_spaces`` is None) and ``inputs["taken_actions"]`` (every agent's
-        action concatenated, one-hot for discrete agents: size it with
-        :func:`~skrl_marl_ext.models.joint_action_space`) and returns ``(batch, 1)``, e.g.
-        :class:`~skrl_marl_ext.models.QMLP`. Targets have the architecture of their online model; they are
-        overwritten with its parameters here. Optionally ``"critic_2"`` and ``"target_critic_2"`` (every agent or
-        none): a second critic like the first, for TD3's clipped double Q (Fujimoto et al. 2018; MATD3 with
-        ``cfg.smooth_regularization_noise`` and ``cfg.policy_delay``): the critic target takes the smaller of the
-        two target critics' values, both critics regress to it (their losses summed, one optimiser and one gradient
-        clip over both, as skrl's TD3 with its ``critic_1``/``critic_2``) and the actor follows the first critic.
-        Recommended (one critic overestimates, see docs/results/maddpg_defaults.md); ``skrl-marl train --algo
-        maddpg`` builds both by default.
+    :param models: ``{agent: {"policy", "target_policy", "critic", "target_critic": Model}}``. Policies are
+        ``DeterministicMixin`` models for Box actions (e.g. :class:`~skrl_marl_ext.models.DeterministicMLP`) and
+        ``CategoricalMixin`` ones for Discrete actions, ``MaskedCategoricalMixin`` where the env gives action masks
+        (e.g. :class:`~skrl_marl_ext.models.CategoricalMLP`). A critic reads ``inputs["states"]`` (the env's state, or
+        every agent's observation concatenated when ``state_spaces`` is None) and ``inputs["taken_actions"]`` (every
+        agent's action, one-hot for discrete agents: size it with :func:`~skrl_marl_ext.models.joint_action_space`)
+        and returns ``(batch, 1)``, e.g. :class:`~skrl_marl_ext.models.QMLP`. Targets have their online model's
+        architecture and start from its parameters. Optionally ``"critic_2"`` and ``"target_critic_2"`` for every
+        agent: TD3's clipped double Q (Fujimoto et al. 2018), the critics' target the smaller of the two target
+        critics' values, the actor following the first critic; recommended (``docs/maddpg.md``).
     :param memories: ``{agent: Memory}``, one distinct skrl memory per agent (e.g. ``RandomMemory``), all with
         ``num_envs=env.num_envs``.
     :param observation_spaces: ``{agent: space}``.
@@ -443,8 +407,7 @@ class MADDPG(GroupedMultiAgent):
     def _create_memory_tensors(self) -> None:
         """Each agent's replay rows: observations, next observations, actions (indexes for Discrete agents),
         rewards, terminated, truncated, agent mask, states and next states (with the env's state), and for Discrete
-        agents the action masks of the observation and of the next observation (all True where none was given).
-        Created name by name for all agents, so agents of equal widths share one storage tensor (:mod:`.replay`)."""
+        agents the action masks of the observation and of the next observation."""
         uids = self.possible_agents
         spaces = self.action_spaces
         discrete = [u for u in uids if isinstance(spaces[u], gymnasium.spaces.Discrete)]
@@ -530,12 +493,8 @@ class MADDPG(GroupedMultiAgent):
     ) -> tuple[torch.Tensor, dict, torch.Tensor | None]:
         """One group's actions: in training ``clip(mu(o) + scale * noise, low, high)`` for Box actions and a sample of
         the categorical policy for Discrete ones (uniform during ``cfg.random_timesteps``); in evaluation ``mu(o)``
-        and the argmax of the logits (also the deterministic actions).
-
-        Action masks of Discrete agents (the ``"action_mask"`` entry of a Dict observation space, or
-        ``infos["action_mask"]`` of the last step) reach the policy as ``inputs["action_mask"]``; sampled, greedy and
-        random actions are all allowed ones. Without a mask (e.g. at the first step after ``reset()`` for masks given
-        through infos) every action is allowed.
+        and the argmax of the logits. A Discrete group's action masks reach the policy as ``inputs["action_mask"]``;
+        without one (e.g. the first step after ``reset()`` for masks given through infos) every action is allowed.
         """
         raw_obs = group.stack(observations)
         G, n = group.size, raw_obs.shape[1]
@@ -603,12 +562,10 @@ class MADDPG(GroupedMultiAgent):
     def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
         """Store the transition of every agent, one row of each agent's memory (the rows stay aligned).
 
-        Agents absent from the observations get a zero row and a False agent mask; ``infos["agent_mask"]`` masks
-        agents that are present. Masked rows take no part in any loss or preprocessor statistic. Discrete agents' rows
-        also store ``action_mask`` (the mask the observation was acted on with: the previous step's
-        ``infos["action_mask"]``, or the Dict observation's) and ``next_action_mask`` (this step's, or the Dict next
-        observation's), all True where none was given. Where an episode ended and the infos hold its final
-        observation, that is the row's next observation (see :meth:`_use_final_observations`).
+        Agents absent from the observations, or masked by ``infos["agent_mask"]``, get a False agent mask (absent ones
+        a zero row): no loss or preprocessor statistic reads them. Discrete agents' rows also store ``action_mask``
+        (the mask acted on: the previous step's ``infos["action_mask"]`` or the Dict observation's) and
+        ``next_action_mask`` (this step's), all True where none was given.
         """
         num_envs = next(iter(step["observations"].values())).shape[0]
         self.replay.check_num_envs(num_envs)
@@ -619,8 +576,7 @@ class MADDPG(GroupedMultiAgent):
         rows = {
             uid: self._agent_row(uid, step, infos, acted_masks, num_envs, agent_masks) for uid in self.possible_agents
         }
-        self._non_finite_skipped += self.replay.refuse_or_skip_non_finite(rows, skip=self.cfg.non_finite == "skip")
-        self.replay.add(rows)
+        self._non_finite_skipped += self.replay.add(rows, skip_non_finite=self.cfg.non_finite == "skip")
 
     def _agent_row(
         self, uid: str, step: dict, infos: dict, acted_masks: Any, num_envs: int, agent_masks: dict
@@ -766,14 +722,13 @@ class MADDPG(GroupedMultiAgent):
         return batch, self._joint(taken)
 
     def _update_statistics(self, group: MADDPGGroup, batch: dict) -> None:
-        mask = torch.stack([batch[u]["agent_mask"] for u in group.uids])  # (G, B, 1)
+        mask = self._per_agent(group, batch, "agent_mask")  # (G, B, 1)
         if group.observation_preprocessor is not identity:
-            obs = torch.stack([batch[u]["observations"] for u in group.uids])
+            obs = self._per_agent(group, batch, "observations")
             group.update_statistics("observation", obs, mask, agent_dim=0)
         if group.state_preprocessor is not identity:
             if self.env_states:
-                states = torch.stack([batch[u]["states"] for u in group.uids])
-                group.update_statistics("state", states, mask, agent_dim=0)
+                group.update_statistics("state", self._per_agent(group, batch, "states"), mask, agent_dim=0)
             else:  # one joint observation for the group: where any agent is alive (each agent's own: where it is)
                 joint_obs = torch.cat([batch[u]["observations"] for u in self.possible_agents], dim=-1)
                 mask = mask if group.own_models else mask.any(dim=0, keepdim=True)
@@ -805,7 +760,7 @@ class MADDPG(GroupedMultiAgent):
                     logits = mask_logits(self._logits(group.target_policy, "target_policy"), mask)
                     a = one_hot_actions(logits.argmax(dim=-1), group.num_actions)
                 elif self.cfg.smooth_regularization_noise is not None:
-                    a = a.reshape(-1, a.shape[-1])  # the noise drawn as rows, as before the group's layout
+                    a = a.reshape(-1, a.shape[-1])  # one noise row per (agent, sample)
                     noise = self.cfg.smooth_regularization_noise.sample(a.shape).to(a)
                     clip = self.cfg.smooth_regularization_clip
                     a = smooth_target_actions(actions=a, noise=noise, noise_clip=clip, low=group.low, high=group.high)
@@ -955,10 +910,10 @@ class MADDPG(GroupedMultiAgent):
         """Preprocessed ``(G, B, size)`` policy observations, policy states (or None) and critic states."""
         prefix = "next_" if next_ else ""
         G = group.size
-        raw_obs = torch.stack([batch[u][f"{prefix}observations"] for u in group.uids])  # (G, B, o)
+        raw_obs = self._per_agent(group, batch, f"{prefix}observations")  # (G, B, o)
         obs = group.preprocess("observation", raw_obs, agent_dim=0).contiguous()
         if self.env_states:
-            raw_states = torch.stack([batch[u][f"{prefix}states"] for u in group.uids])  # (G, B, S)
+            raw_states = self._per_agent(group, batch, f"{prefix}states")  # (G, B, S)
             states = group.preprocess("state", raw_states, agent_dim=0).contiguous()
             return obs, states, states
         joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)

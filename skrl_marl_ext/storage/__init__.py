@@ -1,2 +1,3 @@
-"""Storage of the algorithms: the on-policy rollout (:mod:`~skrl_marl_ext.storage.rollout`) and MADDPG's joint replay
-with aligned sampling (:mod:`~skrl_marl_ext.storage.replay`)."""
+"""Storage of the algorithms: the on-policy rollout (:mod:`~skrl_marl_ext.storage.rollout`), MADDPG's joint replay
+with aligned sampling (:mod:`~skrl_marl_ext.storage.replay`) and the NaN/inf check both use
+(:mod:`~skrl_marl_ext.storage.non_finite`)."""

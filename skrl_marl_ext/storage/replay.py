@@ -1,38 +1,42 @@
-"""MADDPG's joint replay: one skrl memory per agent, written and sampled row-aligned, stored jointly.
+"""MADDPG's joint replay: one skrl memory per agent, written and sampled row-aligned.
 
 Row ``i`` of every agent's memory is one joint transition (the same step of the same env), so a gradient step draws
-*one* set of row indexes and reads it from every memory (:meth:`JointReplay.sample`). Independent draws per memory
-would pair agent ``i``'s observation with other agents' actions from other moments, and the critics would learn
-nonsense. Writes happen in ``record_transition`` only, one row per agent per step (:meth:`JointReplay.add`), after
-:meth:`JointReplay.refuse_or_skip_non_finite` has looked at them.
+*one* set of row indexes and reads it from every memory (:meth:`JointReplay.sample`); independent draws would pair
+agent ``i``'s observation with other agents' actions from other moments. ``record_transition`` writes one row per
+agent per step (:meth:`JointReplay.add`).
 
 Storage: the agents whose tensor ``name`` has the same width share one ``(agents, memory_size, num_envs, width)``
-tensor, and each agent's memory holds its slice ``[k]`` as its tensor ``name`` (contiguous, so skrl's
-``tensors_view``, ``sample_by_index`` and a user reading ``memories[uid].tensors`` see the usual layout). A step is
-then written with two tensor ops per (name, width) and a batch read with one, whatever the number of agents (skrl's
-``add_samples`` / ``sample_by_index`` per memory cost 9 ops per agent each); the memories' indexes advance as
-``add_samples`` would advance them.
+tensor, and each agent's memory holds its slice as its tensor ``name``, so ``memories[uid].tensors`` and skrl's
+sampling methods see skrl's layout while a step is written, and a batch read, with one op per (name, width) whatever
+the number of agents. skrl has no public way to hand a memory a tensor or to set its write position: the two small
+functions at the end of this module are the only places that set a memory's attributes.
 
-Checkpoints (``MADDPG_CFG.checkpoint_replay``): :class:`ReplayState` is an agent's checkpoint module ``replay``, its
-memory's filled rows, write position and fill state, so a resumed run samples from the replay it stopped with.
+Checkpoints (``MADDPG_CFG.checkpoint_replay``): :class:`ReplayState`, an agent's checkpoint module ``replay``.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from skrl.memories.torch import Memory
 
-FIX = "pass memories={uid: RandomMemory(memory_size=..., num_envs=env.num_envs) for uid in env.possible_agents}"
+from skrl_marl_ext.storage.non_finite import FIX, first_non_finite, skip_non_finite_
 
-STORAGE = "_skrl_marl_ext_storage"
-"""Attribute of a memory holding ``{name: storage tensor}`` of the tensors this module created in it."""
+BUILD = "pass memories={uid: RandomMemory(memory_size=..., num_envs=env.num_envs) for uid in env.possible_agents}"
 
 CHECKED = ("observations", "states", "next_observations", "next_states", "rewards", "actions")
-"""The row tensors scanned for NaN/inf, inputs first (a NaN observation also makes the action, and through the env
+"""The row tensors checked for NaN/inf, inputs first (a NaN observation also makes the action, and through the env
 later rewards, non-finite)."""
+
+ADVANCE = "_joint_replay_advance"
+"""A tensor name no memory has: ``add_samples`` of it writes nothing and advances the memory's indexes."""
+
+_STORAGES: weakref.WeakKeyDictionary[Memory, dict[str, tuple[torch.Tensor, int]]] = weakref.WeakKeyDictionary()
+"""Per memory, ``{name: (storage, k)}``: its tensor ``name`` is ``storage[k]``. A second agent built on the same
+memories finds the storage and shares its rows (as skrl's ``create_tensor`` keeps an existing tensor)."""
 
 
 class JointReplay:
@@ -46,16 +50,16 @@ class JointReplay:
         :raises ValueError: Naming the agent and the fix when a memory is missing, shared or of another size.
         """
         if not isinstance(memories, dict) or not memories:
-            raise ValueError(f"{owner} learns from a replay memory per agent; {FIX}")
+            raise ValueError(f"{owner} learns from a replay memory per agent; {BUILD}")
         seen: dict[int, str] = {}
         for uid in possible_agents:
             memory = memories.get(uid)
             if not isinstance(memory, Memory):
-                raise ValueError(f"{owner}: memories has no skrl Memory for agent '{uid}' (got {memory!r}); {FIX}")
+                raise ValueError(f"{owner}: memories has no skrl Memory for agent '{uid}' (got {memory!r}); {BUILD}")
             if id(memory) in seen:
                 raise ValueError(
                     f"{owner}: agents '{seen[id(memory)]}' and '{uid}' were given the same memory object; each agent "
-                    f"needs its own (their rows are aligned, not shared); {FIX}"
+                    f"needs its own (their rows are aligned, not shared); {BUILD}"
                 )
             seen[id(memory)] = uid
         sizes = {uid: memories[uid].num_envs for uid in possible_agents}
@@ -77,6 +81,7 @@ class JointReplay:
         """Per tensor name, the agents sharing one storage tensor and that ``(agents, memory_size, num_envs, width)``
         tensor."""
         self._checked_num_envs = False
+        self._advance = {ADVANCE: torch.empty(self.num_envs, 0)}
 
     @property
     def num_envs(self) -> int:
@@ -99,35 +104,24 @@ class JointReplay:
         self.parts[name] = []
         for width, uids in by_width.items():
             shape = (len(uids), first.memory_size, first.num_envs, width)
-            storage = self._existing_storage(name, uids, shape, dtype)
-            if storage is None:
-                storage = torch.zeros(shape, dtype=dtype, device=first.device)
-                if torch.is_floating_point(storage):
-                    storage.fill_(float("nan"))
+            storage = self._shared_storage(name, uids)
+            if storage is None or storage.shape != shape or storage.dtype != dtype:
+                fill = float("nan") if dtype.is_floating_point else 0
+                storage = torch.full(shape, fill, dtype=dtype, device=first.device)
             for k, uid in enumerate(uids):
-                memory = self.memories[uid]
-                setattr(memory, f"_tensor_{name}", storage[k])  # what skrl's Memory.create_tensor sets
-                memory.tensors[name] = storage[k]
-                memory.tensors_view[name] = storage[k].view(-1, width)
-                setattr(memory, STORAGE, getattr(memory, STORAGE, {}) | {name: storage})
+                _use_storage(self.memories[uid], name, storage, k)
                 self.names[uid].append(name)
             self.parts[name].append((uids, storage))
 
-    def _existing_storage(self, name: str, uids: list[str], shape: tuple, dtype: torch.dtype) -> torch.Tensor | None:
-        """The storage an earlier agent created on these same memories for ``name``, when it has this layout (skrl's
-        ``create_tensor`` likewise keeps an existing tensor of the same size: two agents built on one set of memories
-        read and write the same rows)."""
-        found = {id(getattr(self.memories[uid], STORAGE, {}).get(name)) for uid in uids}
-        storage = getattr(self.memories[uids[0]], STORAGE, {}).get(name)
-        if storage is None or len(found) != 1 or storage.shape != shape or storage.dtype != dtype:
+    def _shared_storage(self, name: str, uids: list[str]) -> torch.Tensor | None:
+        """The storage an earlier replay on these memories created for ``name``, holding these agents in this order."""
+        found = [_STORAGES.get(self.memories[uid], {}).get(name) for uid in uids]
+        if None in found or len({id(storage) for storage, _ in found}) != 1:
             return None
-        same_slices = all(self.memories[uid].tensors.get(name) is not None for uid in uids) and all(
-            self.memories[uid].tensors[name].data_ptr() == storage[k].data_ptr() for k, uid in enumerate(uids)
-        )
-        return storage if same_slices else None
+        return found[0][0] if [k for _, k in found] == list(range(len(uids))) else None
 
     def width(self, uid: str, name: str) -> int:
-        return self.memories[uid].tensors[name].shape[-1]
+        return self.memories[uid].get_tensor_by_name(name).shape[-1]
 
     def check_num_envs(self, num_envs: int) -> None:
         """Refuse (once) an env whose ``num_envs`` is not the memories'."""
@@ -138,60 +132,38 @@ class JointReplay:
             )
         self._checked_num_envs = True
 
-    def refuse_or_skip_non_finite(self, rows: dict[str, dict[str, torch.Tensor]], *, skip: bool) -> torch.Tensor:
-        """NaN/inf in a step's rows: raise naming agent and tensor, or (``skip``) zero them and mask them out.
+    def add(self, rows: dict[str, dict[str, torch.Tensor]], *, skip_non_finite: bool) -> torch.Tensor:
+        """Append one row per env to every agent's memory (the rows stay aligned).
 
-        One host read per step when raising, none when skipping. A zeroed row still enters the other agents' critics
-        as part of the joint state and action, as a dead agent's zero row does; only its own losses leave it out.
-
-        :param rows: ``{agent: {name: (num_envs, size)}}``, changed in place when skipping.
-        :return: The number of (agent, env) rows masked out (a tensor).
-        """
-        count = torch.zeros((), dtype=torch.long, device=next(iter(next(iter(rows.values())).values())).device)
-        if not skip:  # one check of every agent's rows at once; the details only when something is not finite
-            checked = [r[k].reshape(r[k].shape[0], -1).float() for r in rows.values() for k in CHECKED if k in r]
-            if bool(torch.isfinite(torch.cat(checked, dim=1)).all()):
-                return count
-        bad = {uid: {k: ~torch.isfinite(r[k]).all(dim=1) for k in CHECKED if k in r} for uid, r in rows.items()}
-        if skip:
-            for uid, samples in rows.items():
-                flags = torch.stack(list(bad[uid].values())).any(dim=0)  # (num_envs,)
-                for k in bad[uid]:
-                    samples[k] = torch.where(torch.isfinite(samples[k]), samples[k], 0.0)
-                samples["agent_mask"] = samples["agent_mask"] & ~flags.view(-1, 1)
-                count = count + flags.sum()
-            return count
-        for uid, tensors in bad.items():
-            for key, flags in tensors.items():
-                if flags.any():
-                    env = int(flags.nonzero()[0])
-                    raise ValueError(
-                        f"{self.owner}: non-finite {key} (NaN or inf) for agent '{uid}' in env {env}; refusing to "
-                        "store it. Fix the env, shape the rewards with cfg.rewards_shaper, or set "
-                        'cfg.non_finite="skip" to mask such samples out of learning'
-                    )
-        return count
-
-    def add(self, rows: dict[str, dict[str, torch.Tensor]]) -> None:
-        """Append one row per env to every agent's memory (the rows stay aligned), then advance every memory's
-        indexes as skrl's ``add_samples`` does for ``num_envs`` rows (including its export when it fills up).
+        Rows with NaN/inf are refused (an error naming the agent, the tensor and the env; nothing is stored), or with
+        ``skip_non_finite`` stored zeroed and masked out of ``agent_mask``. A zeroed row still enters the other agents'
+        critics as part of the joint state and action, as a dead agent's zero row does; only its own losses leave it
+        out. One host read per step when refusing, none when skipping.
 
         :param rows: ``{agent: {name: (num_envs, width)}}`` in the tensors' dtypes.
+        :return: How many (agent, env) rows were masked out (a tensor).
         """
-        first = self.memories[self.uids[0]]
-        index = first.memory_index
+        if not skip_non_finite:
+            found = first_non_finite([(_as_step(rows[uid]), [uid]) for uid in self.uids], CHECKED)
+            if found is not None:
+                name, who, _, env = found
+                raise ValueError(
+                    f"{self.owner}: non-finite {name} (NaN or inf) for {who} in env {env}; refusing to store it. {FIX}"
+                )
+        index = self.memories[self.uids[0]].memory_index
         for name, parts in self.parts.items():
             for uids, storage in parts:
                 storage[:, index].copy_(torch.stack([rows[uid][name] for uid in uids]))
-        index += 1
-        filled = index >= first.memory_size
+        skipped = torch.zeros((), dtype=torch.long, device=self.memories[self.uids[0]].device)
+        if skip_non_finite:  # in place on the stored row, not on the caller's tensors
+            for uid in self.uids:
+                stored = {name: self.memories[uid].get_tensor_by_name(name)[index] for name in self.names[uid]}
+                skipped += skip_non_finite_(_as_step(stored), CHECKED)
         for uid in self.uids:
-            memory = self.memories[uid]
-            memory.env_index, memory.memory_index = 0, 0 if filled else index
-            if filled:
-                memory.filled = True
-                if memory.export:
-                    memory.save(directory=memory.export_directory, format=memory.export_format)
+            # skrl skips the write of a name the memory has no tensor for but advances its indexes (and exports it
+            # once full) as for any num_envs rows: the memories' position follows the rows just written
+            self.memories[uid].add_samples(**self._advance)
+        return skipped
 
     def sample_indexes(self, batch_size: int) -> torch.Tensor:
         """``batch_size`` row indexes drawn with replacement from the filled part of the memories."""
@@ -207,6 +179,11 @@ class JointReplay:
                 for k, uid in enumerate(uids):
                     batch[uid][name] = sampled[k]
         return batch
+
+
+def _as_step(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One agent's rows ``{name: (num_envs, width)}`` as the one-step, one-row set of :mod:`.non_finite`."""
+    return {name: row.reshape(1, 1, *row.shape) for name, row in rows.items()}
 
 
 class ReplayState:
@@ -226,7 +203,7 @@ class ReplayState:
             "memory_index": int(memory.memory_index) if rows else 0,
             "filled": bool(memory.filled) and rows,
             # cloned: saving a view would write the whole storage tensor it belongs to (every agent's rows)
-            "tensors": {name: memory.tensors[name][:count].clone() for name in self.replay.names[self.uid]},
+            "tensors": {name: memory.get_tensor_by_name(name)[:count].clone() for name in self.replay.names[self.uid]},
             "noises": {name: _noise_state(noise) for name, noise in self.noises.items()},
         }
 
@@ -248,7 +225,7 @@ class ReplayState:
         filled, index = bool(state["filled"]), int(state["memory_index"])
         count = memory.memory_size if filled else index
         for name in names:
-            saved, target = tensors[name], memory.tensors[name]
+            saved, target = tensors[name], memory.get_tensor_by_name(name)
             if saved.shape != (count, *target.shape[1:]) or count > memory.memory_size:
                 raise ValueError(
                     f"the replay's '{name}' has shape {tuple(saved.shape)}, which does not fit this memory's "
@@ -256,10 +233,10 @@ class ReplayState:
                     "and num_envs of the run that wrote the checkpoint"
                 )
         for name in names:
-            target = memory.tensors[name]
+            target = memory.get_tensor_by_name(name)
             target[:count].copy_(tensors[name])
             target[count:].fill_(float("nan") if torch.is_floating_point(target) else 0)
-        memory.memory_index, memory.env_index, memory.filled = index, 0, filled
+        _set_position(memory, index=index, filled=filled)
         for name, noise in self.noises.items():
             _load_noise_state(noise, state.get("noises", {}).get(name, {}))
 
@@ -277,3 +254,27 @@ def _load_noise_state(noise: Any, state: dict[str, Any]) -> None:
         noise.load_state_dict(state)
     elif hasattr(noise, "state"):  # skrl's Ornstein-Uhlenbeck noise starts from 0
         noise.state = state["state"].clone() if "state" in state else 0
+
+
+# ---------------------------------------------------------------- what skrl's public Memory methods cannot do
+
+
+def _use_storage(memory: Memory, name: str, storage: torch.Tensor, k: int) -> None:
+    """Make ``storage[k]`` the memory's tensor ``name``, laid out as skrl's ``create_tensor`` lays one out.
+
+    skrl has no public way to give a memory a tensor; its methods read these two dicts. Agents sharing one storage is
+    what keeps a step's write and a batch's read at one op per tensor name, whatever the number of agents.
+    """
+    memory.tensors[name] = storage[k]
+    memory.tensors_view[name] = storage[k].view(-1, storage.shape[-1])
+    _STORAGES.setdefault(memory, {})[name] = (storage, k)
+
+
+def _set_position(memory: Memory, *, index: int, filled: bool) -> None:
+    """Put the memory's write position at row ``index``, full or not, as the checkpointed run left it.
+
+    skrl's public methods move the position only by writing rows (``add_samples``, which would export a full memory)
+    or back to 0 (``reset``); ``memory_index`` and ``filled`` are the circular buffer's state its docstring names.
+    """
+    memory.reset()
+    memory.memory_index, memory.filled = index, filled

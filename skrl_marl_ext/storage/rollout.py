@@ -1,4 +1,4 @@
-"""The on-policy rollout buffer of one agent group: allocation, step writes, the non-finite scan, mini-batches.
+"""The on-policy rollout buffer of one agent group: allocation, step writes, the non-finite check, mini-batches.
 
 A :class:`RolloutBuffer` preallocates every tensor of a rollout as ``(T, rows, N, width)``: ``T`` steps, ``rows`` the
 group's ``G`` agents (1 for a state the whole group shares), ``N`` envs. The agent writes one step at a time from
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import torch
+
+from skrl_marl_ext.storage.non_finite import FIX, first_non_finite, skip_non_finite_
 
 Spec = tuple[int, int, torch.dtype]
 """``(rows, width, dtype)`` of one rollout tensor."""
@@ -53,10 +55,6 @@ class RolloutBuffer:
         x = self.tensors[name]
         return x.transpose(0, 1).reshape(x.shape[1], x.shape[0] * x.shape[2], x.shape[-1])
 
-    def non_finite(self, names: Sequence[str] = CHECKED) -> dict[str, torch.Tensor]:
-        """``{name: bool (T, rows, N)}``, True where a sample of ``name`` holds NaN or inf (no host read)."""
-        return {name: ~torch.isfinite(self.tensors[name]).all(dim=-1) for name in names if name in self.tensors}
-
     def skip_non_finite_bootstrap(self, last_values: torch.Tensor) -> torch.Tensor:
         """``last_values`` ``(1, G, N, 1)`` (the critic's values after the last step) with non-finite ones zeroed and
         the last step's samples that would bootstrap from them masked out of ``agent_mask``."""
@@ -64,61 +62,28 @@ class RolloutBuffer:
         self.tensors["agent_mask"][-1:] &= finite
         return torch.where(finite, last_values, 0.0)
 
-    def skip_non_finite(self, names: Sequence[str] = CHECKED) -> torch.Tensor:
-        """Zero the non-finite samples of ``names`` and mask them (every agent's row of a shared state) out of
-        ``agent_mask``; return how many (step, agent, env) samples were newly masked (a tensor: no host read)."""
-        mask = self.tensors["agent_mask"]
-        rows = torch.zeros_like(mask[..., 0])  # (T, G, N)
-        for name, flags in self.non_finite(names).items():
-            rows |= flags.expand_as(rows)
-            self.tensors[name].nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-        mask &= ~rows.unsqueeze(-1)
-        return rows.sum()
-
 
 def check_finite(groups: Sequence, *, skip: bool, owner: str, names: Sequence[str] = CHECKED) -> torch.Tensor | None:
-    """NaN/inf in the groups' rollouts (``group.rollout``, ``group.uids``, ``group.shared_state``): with ``skip``
-    the affected samples are zeroed and masked out of every loss and statistic (no host read), else an error naming
-    the agent, the tensor and the step (one host read).
+    """NaN/inf in the groups' rollouts (``group.rollout``, ``group.uids``): with ``skip`` the affected samples are
+    zeroed and masked out of every loss and statistic (no host read), else an error naming the agent, the tensor and
+    the step (one host read). The scan is :mod:`~skrl_marl_ext.storage.non_finite`'s, shared with the replay.
 
     :return: With ``skip``, how many (step, agent, env) samples were masked (a tensor); else None.
     :raises ValueError: Without ``skip``, at the earliest non-finite step over all groups, inputs before what was
         computed from them.
     """
-    groups = [group for group in groups if group.rollout is not None]
+    rollouts = [group for group in groups if group.rollout is not None]
     if skip:
-        return sum((group.rollout.skip_non_finite(names) for group in groups), torch.zeros((), dtype=torch.long))
-    found = first_non_finite([(group.rollout, group.uids, bool(group.shared_state)) for group in groups], names)
+        skipped = (skip_non_finite_(group.rollout.tensors, names) for group in rollouts)
+        return sum(skipped, torch.zeros((), dtype=torch.long))
+    found = first_non_finite([(group.rollout.tensors, group.uids) for group in rollouts], names)
     if found is not None:
-        key, who, step, env = found
+        name, who, step, env = found
         raise ValueError(
-            f"{owner}: non-finite {key} (NaN or inf) for {who} at step {step} of the rollout, env {env}; refusing to "
-            "learn from them. Fix the env, shape the rewards with cfg.rewards_shaper, or set "
-            'cfg.non_finite="skip" to mask such samples out of learning'
+            f"{owner}: non-finite {name} (NaN or inf) for {who} at step {step} of the rollout, env {env}; refusing to "
+            f"learn from them. {FIX}"
         )
     return None
-
-
-def first_non_finite(
-    buffers: Sequence[tuple[RolloutBuffer, Sequence[str], bool]], names: Sequence[str] = CHECKED
-) -> tuple[str, str, int, int] | None:
-    """The earliest NaN/inf over several groups' rollouts, or None (one host read when there is none).
-
-    :param buffers: ``(buffer, the group's agent names, whether its state is shared)`` per group.
-    :return: ``(tensor name, who, step, env)`` of the earliest step, inputs before what was computed from them.
-    """
-    flags = [buffer.non_finite(names) for buffer, _, _ in buffers]
-    if not bool(torch.stack([v.any() for per_group in flags for v in per_group.values()]).any()):
-        return None
-    offences = []
-    for (_, uids, shared_state), per_group in zip(buffers, flags, strict=True):
-        for order, (name, bad) in enumerate(per_group.items()):
-            if bad.any():
-                step, row, env = (int(i) for i in bad.nonzero()[0])
-                who = "all agents" if name == "states" and shared_state else f"agent '{uids[row]}'"
-                offences.append((step, order, name, who, env))
-    step, _, name, who, env = min(offences)
-    return name, who, step, env
 
 
 def mini_batch_indexes(
