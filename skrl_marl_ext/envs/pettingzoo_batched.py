@@ -126,9 +126,8 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         self._env_action_spaces = {uid: first.action_space(uid) for uid in self._possible_agents}
         self._action_spaces = {uid: _float32_space(space) for uid, space in self._env_action_spaces.items()}
         self._state_space = _state_space(first, seed)
-        self._zeros = {
-            uid: np.zeros(compute_space_size(space, occupied_size=True), dtype=np.float32)
-            for uid, space in self._observation_spaces.items()
+        self._sizes = {
+            uid: compute_space_size(space, occupied_size=True) for uid, space in self._observation_spaces.items()
         }
         self._observations: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self._masks: list[dict[str, Any]] = [{} for _ in range(num_envs)]
@@ -158,22 +157,27 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         observations, infos = self.envs[index].reset(seed=seed)
         self._split(index, observations, infos)
 
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        """``array`` as a tensor on the wrapper's device (sharing its memory on the CPU)."""
+        tensor = torch.from_numpy(array)
+        return tensor if self._device.type == "cpu" else tensor.to(self._device)
+
     def _stack_observations(self, copies: list[dict[str, Any]] | None = None) -> dict[str, torch.Tensor]:
         """``{agent: (num_envs, obs_size)}`` of the copies' observations (``self._observations`` when None)."""
+        copies = self._observations if copies is None else copies
         result = {}
         for uid in self._possible_agents:
             space = self._observation_spaces[uid]
-            rows = []
-            for obs in self._observations if copies is None else copies:
+            rows = np.zeros((len(copies), self._sizes[uid]), dtype=np.float32)  # zeros: the agent is absent
+            for index, obs in enumerate(copies):
                 value = obs.get(uid)
                 if value is None:
-                    rows.append(self._zeros[uid])
-                elif isinstance(space, gymnasium.spaces.Box):
-                    rows.append(np.asarray(value).reshape(-1))
+                    continue
+                if isinstance(space, gymnasium.spaces.Box):
+                    rows[index] = np.asarray(value).reshape(-1)
                 else:
-                    flat = flatten_tensorized_space(tensorize_space(space, value, device="cpu"))
-                    rows.append(flat.reshape(-1).numpy())
-            result[uid] = torch.as_tensor(np.stack(rows), dtype=torch.float32, device=self.device)
+                    rows[index] = flatten_tensorized_space(tensorize_space(space, value, device="cpu")).reshape(-1)
+            result[uid] = self._tensor(rows)
         return result
 
     def _infos(self) -> dict[str, Any]:
@@ -187,7 +191,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
                 continue
             full = np.ones(int(space.n), dtype=bool)
             rows = [np.asarray(m.get(uid, full), dtype=bool).reshape(-1) for m in self._masks]
-            masks[uid] = torch.as_tensor(np.stack(rows), device=self.device)
+            masks[uid] = self._tensor(np.stack(rows))
         return {ACTION_MASK_KEY: masks}
 
     # ----------------------------------------------------------------- interaction
@@ -239,21 +243,15 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
                 finals[index] = (self._observations[index], state)
                 self._reset_copy(index)
 
-        def per_agent(array: np.ndarray, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-            tensor = torch.as_tensor(array, dtype=dtype, device=self.device)
-            return dict(zip(agents, tensor.unsqueeze(-1).unbind(0), strict=True))  # (num_envs, 1) views
+        def per_agent(array: np.ndarray) -> dict[str, torch.Tensor]:
+            rows = array.reshape(len(agents), n, 1)
+            return {uid: self._tensor(rows[a]) for a, uid in enumerate(agents)}  # (num_envs, 1) views
 
         infos = self._infos()
-        infos[AGENT_MASK_KEY] = per_agent(acted, torch.bool)
+        infos[AGENT_MASK_KEY] = per_agent(acted)
         if finals:
             infos.update(self._final_infos(finals))
-        return (
-            self._stack_observations(),
-            per_agent(rewards, torch.float32),
-            per_agent(terminated, torch.bool),
-            per_agent(truncated, torch.bool),
-            infos,
-        )
+        return self._stack_observations(), per_agent(rewards), per_agent(terminated), per_agent(truncated), infos
 
     @staticmethod
     def _copy_state(env: Any) -> np.ndarray:
@@ -265,7 +263,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         infos: dict[str, Any] = {FINAL_OBSERVATIONS_KEY: self._stack_observations(copies)}
         if self._state_space is not None:
             rows = [finals[i][1] if i in finals else self._copy_state(env) for i, env in enumerate(self.envs)]
-            state = torch.as_tensor(np.stack(rows), device=self.device)
+            state = self._tensor(np.stack(rows))
             infos[FINAL_STATES_KEY] = {uid: state for uid in self._possible_agents}
         return infos
 
@@ -273,7 +271,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         """The env's global state ``(num_envs, state_size)`` (one tensor for every agent), or None without one."""
         if self._state_space is None:
             return {uid: None for uid in self._possible_agents}
-        state = torch.as_tensor(np.stack([self._copy_state(env) for env in self.envs]), device=self.device)
+        state = self._tensor(np.stack([self._copy_state(env) for env in self.envs]))
         return {uid: state for uid in self._possible_agents}
 
     def render(self, *args, **kwargs) -> Any:
