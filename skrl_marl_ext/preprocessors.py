@@ -70,7 +70,7 @@ class ValueNorm(nn.Module):
         :param mask: Boolean mask of shape ``(..., 1)``; masked-out entries are ignored. The moments are averaged
             over all ranks of a distributed run, so every rank keeps the same statistics.
         """
-        fold_sums_(self, *masked_sums(x, mask))
+        fold_moments_(self, *masked_moments(x, mask, shift=self.running_mean))
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``(x - mean) / std``, in the dtype of ``x``."""
@@ -127,50 +127,136 @@ def make_preprocessor(cls: type | None, kwargs: dict | None, *, size: Any, devic
     return cls(**kwargs)
 
 
-@torch.no_grad()
-def masked_sums(x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sum, sum of squares and count of the unmasked rows of ``x``, in float64, summed over all ranks (one
-    collective, no host read).
+CHUNK_ELEMENTS = 1 << 22
+""":func:`per_agent_moments` works through its input in chunks whose float32 temporaries hold at most this many
+elements, or a quarter of the input's, whichever is more."""
 
-    :param x: Data, shape ``(..., size)``; masked-out rows may hold NaN (they never reach the sums).
+
+@torch.no_grad()
+def masked_moments(
+    x: torch.Tensor, mask: torch.Tensor | None = None, *, shift: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean, sum of squared deviations from it and count of the unmasked rows of ``x``, over all ranks (see
+    :func:`per_agent_moments`).
+
+    :param x: Data, shape ``(..., size)``; masked-out rows may hold NaN (they never reach the moments).
     :param mask: Boolean mask of shape ``(..., 1)``, or None for all rows.
-    :return: ``(sum, sum of squares, count)``, shapes ``(size,)``, ``(size,)`` and ``()``.
+    :param shift: ``(size,)`` values equal on every rank near the mean (e.g. the running mean), for the merge over ranks.
+    :return: ``(mean, m2, count)``, float64, shapes ``(size,)``, ``(size,)`` and ``()``.
     """
     mask = mask.reshape(1, -1, 1) if mask is not None else None
-    total, total_sq, count = per_agent_sums(x.reshape(1, -1, x.shape[-1]), mask)
-    return total[0], total_sq[0], count[0]
+    mean, m2, count = per_agent_moments(x.reshape(1, -1, x.shape[-1]), mask, agents=1, agent_dim=0, shift=shift)
+    return mean[0], m2[0], count[0]
 
 
 @torch.no_grad()
-def per_agent_sums(x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`masked_sums` of each of ``G`` agents (each agent's statistics its own): ``x`` ``(G, rows, size)``,
-    ``mask`` ``(G, rows, 1)`` or None; returns ``(G, size)``, ``(G, size)``, ``(G,)`` in float64, one collective."""
-    size = x.shape[-1]
-    rows = x.transpose(0, 1).double()  # (rows, G, size): the sums reduce the first dimension
-    weight = torch.ones_like(rows[..., :1]) if mask is None else mask.transpose(0, 1).double()
-    rows = torch.where(weight > 0, rows, 0.0)  # NaN * 0 is NaN
-    sums = torch.cat([(rows * weight).sum(0), (rows * rows * weight).sum(0), weight.sum(0)], dim=-1)
-    distributed.all_reduce_sum_(sums)
-    return sums[:, :size], sums[:, size : 2 * size], sums[:, -1]
+def per_agent_moments(
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    agents: int,
+    agent_dim: int,
+    shift: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean, sum of squared deviations from it and count of each agent's unmasked rows of ``x``, each agent's its own,
+    over all ranks (one collective, no host read).
+
+    ``x`` is reduced over every dimension but the agents' and the last, in chunks of rows: within a chunk in float32
+    (float64 data in float64), centred on the chunk's mean with the corrected two-pass algorithm (Chan, Golub and
+    LeVeque 1983); the chunks' moments are merged in float64 with Chan et al.'s parallel formula, then over ranks. A
+    shared input (agent dimension of size 1) is never expanded to the agents: a chunk's temporaries are ``agents``
+    times its rows, at most :data:`CHUNK_ELEMENTS` or a quarter of ``x``'s elements. The same rows and mask for every
+    agent are reduced once.
+
+    :param x: Data, shape ``(..., size)`` with the agents along ``agent_dim`` (``agents`` of them, or 1: the same rows
+        for every agent); masked-out rows may hold NaN.
+    :param mask: Boolean mask shaped as ``x`` with a last dimension of 1 (its agent dimension ``agents`` or 1), or None
+        for all rows.
+    :param agents: ``G``, the number of agents.
+    :param agent_dim: The agents' dimension of ``x`` and ``mask``.
+    :param shift: Values equal on every rank near each agent's mean (``(G, size)`` or ``(size,)``; zeros when None),
+        subtracted before the moments are summed over ranks (a distributed run only).
+    :return: ``(mean, m2, count)``, float64, shapes ``(G, size)``, ``(G, size)`` and ``(G,)``.
+    """
+    x = _rows_of(x.movedim(agent_dim, 0))  # (R, A, B, size): the rows are A x B
+    mask = _rows_of(mask.movedim(agent_dim, 0)) if mask is not None else None
+    G = 1 if x.shape[0] == 1 and (mask is None or mask.shape[0] == 1) else agents
+    size, dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)
+    rows = max(1, max(CHUNK_ELEMENTS, x.numel() // 4) // (G * size))  # per chunk
+    mean = torch.zeros(G, size, dtype=torch.float64, device=x.device)
+    m2, count = torch.zeros_like(mean), torch.zeros(G, 1, dtype=torch.float64, device=x.device)
+    for chunk in _chunks(*x.shape[1:3], rows=rows):
+        values = x[chunk].to(dtype)
+        keep = mask[chunk] if mask is not None else None
+        if keep is None:  # every row: values is (G, a, b, size) here
+            n = torch.full((G, 1), float(values.shape[1] * values.shape[2]), dtype=torch.float64, device=x.device)
+            chunk_mean = values.sum((1, 2)) / n.clamp(min=1.0).to(dtype)
+            deviations = values - chunk_mean.view(G, 1, 1, size)
+        else:
+            n = keep.sum((1, 2), dtype=torch.float64).expand(G, 1)
+            chunk_mean = torch.where(keep, values, 0.0).sum((1, 2)) / n.clamp(min=1.0).to(
+                dtype
+            )  # where: NaN * 0 is NaN
+            deviations = (values - chunk_mean.view(G, 1, 1, size)).masked_fill_(~keep, 0.0)
+        correction = deviations.sum((1, 2)).double()  # the rounding of the chunk's mean
+        chunk_m2 = deviations.square_().sum((1, 2)).double() - correction * correction / n.clamp(min=1.0)
+        del deviations
+        # the corrected mean and Chan et al.'s merge, float64
+        chunk_mean = chunk_mean.double() + correction / n.clamp(min=1.0)
+        total = count + n
+        delta = chunk_mean - mean
+        share = n / total.clamp(min=1.0)
+        mean = mean + delta * share
+        m2 = m2 + chunk_m2.clamp(min=0.0) + delta * delta * count * share
+        count = total
+    if distributed.is_distributed():  # moments about a common shift, summed over ranks in one collective
+        shift = torch.zeros_like(mean) if shift is None else shift.to(mean).reshape(-1, size)[: mean.shape[0]]
+        shift = shift.expand_as(mean)
+        offset = mean - shift
+        sums = torch.cat([count * offset, m2 + count * offset * offset, count], dim=-1)
+        distributed.all_reduce_sum_(sums)
+        count = sums[:, -1:]
+        offset = sums[:, :size] / count.clamp(min=1.0)
+        mean = shift + offset
+        m2 = (sums[:, size : 2 * size] - count * offset * offset).clamp(min=0.0)
+    if G < agents:
+        mean, m2, count = mean.expand(agents, -1), m2.expand(agents, -1), count.expand(agents, -1)
+    return mean, m2, count[:, 0]
+
+
+def _rows_of(x: torch.Tensor) -> torch.Tensor:
+    """``(R, A, ..., size)`` as ``(R, A, B, size)``, ``B`` the product of the row dimensions after ``A`` (a view for
+    at most one of them)."""
+    return x.flatten(2, -2) if x.dim() > 3 else x.unsqueeze(2)
+
+
+def _chunks(A: int, B: int, *, rows: int):
+    """Index tuples ``(:, a0:a1, b0:b1)`` covering ``A x B`` rows, about ``rows`` of them each."""
+    if rows >= B:
+        step = rows // B
+        for start in range(0, A, step):
+            yield slice(None), slice(start, start + step), slice(None)
+    else:
+        for a in range(A):
+            for start in range(0, B, rows):
+                yield slice(None), slice(a, a + 1), slice(start, start + rows)
 
 
 @torch.no_grad()
-def fold_sums_(statistics: Any, total: torch.Tensor, total_sq: torch.Tensor, count: torch.Tensor) -> None:
-    """Fold a batch's sums (of :func:`masked_sums`, or ``(G, ...)`` ones of :func:`per_agent_sums`) into the
+def fold_moments_(statistics: Any, mean: torch.Tensor, m2: torch.Tensor, count: torch.Tensor) -> None:
+    """Fold a batch's moments (of :func:`masked_moments`, or ``(G, ...)`` ones of :func:`per_agent_moments`) into the
     statistics of a :class:`ValueNorm` or skrl ``RunningStandardScaler`` (anything with their buffers: also the
     stacked buffers of ``G`` of them, with counts shaped ``(G, 1)``), in place."""
     count = count.unsqueeze(-1) if count.dim() else count  # (G,) -> (G, 1) against (G, size)
     if hasattr(statistics, "debiasing_term"):  # ValueNorm: exponential moments
         # a batch with no unmasked row (an agent absent for a whole rollout) is no data: it must not decay the moments
         beta = torch.where(count > 0, torch.full_like(count, statistics.beta), torch.ones_like(count))
-        count = count.clamp(min=1.0)
-        statistics.running_mean.mul_(beta).add_(total / count * (1.0 - beta))
-        statistics.running_mean_sq.mul_(beta).add_(total_sq / count * (1.0 - beta))
+        mean_sq = m2 / count.clamp(min=1.0) + mean * mean
+        statistics.running_mean.mul_(beta).add_(mean * (1.0 - beta))
+        statistics.running_mean_sq.mul_(beta).add_(mean_sq * (1.0 - beta))
         beta = beta.reshape(statistics.debiasing_term.shape)
         statistics.debiasing_term.mul_(beta).add_(1.0 - beta)
         return
-    mean = total / count.clamp(min=1.0)
-    m2 = (total_sq - count * mean * mean).clamp(min=0.0)  # sum of squared deviations
     merge_moments_(statistics, mean=mean, m2=m2, count=count)
 
 
@@ -189,7 +275,7 @@ def update_statistics(preprocessor, x: torch.Tensor, mask: torch.Tensor | None =
     if isinstance(preprocessor, ValueNorm):
         preprocessor.update(x, mask)
     elif isinstance(preprocessor, RunningStandardScaler):
-        fold_sums_(preprocessor, *masked_sums(x, mask))
+        fold_moments_(preprocessor, *masked_moments(x, mask, shift=preprocessor.running_mean))
     else:
         rows = x.reshape(-1, x.shape[-1])
         preprocessor(rows if mask is None else rows[mask.reshape(-1)], train=True)
@@ -220,11 +306,11 @@ def merge_moments_(scaler: RunningStandardScaler, *, mean: torch.Tensor, m2: tor
 
 __all__ = [
     "ValueNorm",
-    "fold_sums_",
+    "fold_moments_",
     "identity",
     "make_preprocessor",
-    "masked_sums",
+    "masked_moments",
     "merge_moments_",
-    "per_agent_sums",
+    "per_agent_moments",
     "update_statistics",
 ]

@@ -52,6 +52,28 @@ def is_recurrent(model: Any) -> bool:
     return bool(isinstance(spec, dict) and (spec.get("rnn") or {}).get("sizes"))
 
 
+def batching_dry_runs(
+    sizes: list[tuple[int, int]], *, sequence_length: int, widths: dict[str, int | None], device: torch.device | str
+) -> list[tuple[bool, dict[str, Any]]]:
+    """``(training, inputs)`` of the dry runs that tell whether two agents' recurrent models run as one vmapped call
+    (:func:`~skrl_marl_ext.groups.stacked.batching_failure`), in a batched group's layout: one acting step (evaluation
+    mode) and one training sequence of ``L`` steps, reset after its first step, from zero hidden states.
+
+    :param sizes: ``[(layers, hidden_size)]`` of the model's hidden states (:func:`rnn_specification`).
+    :param widths: ``{input name: features per row}`` (``"observations"``, ``"states"``; None: the input is None).
+    """
+    runs = []
+    for training, rows in ((False, 1), (True, sequence_length)):
+        inputs = {k: torch.zeros(2, rows, w, device=device) if w else None for k, w in widths.items()}
+        inputs["rnn"] = [torch.zeros(layers, 2 * rows, hidden, device=device) for layers, hidden in sizes]
+        if training:
+            inputs["terminated"] = torch.zeros(2, rows, 1, dtype=torch.bool, device=device)
+            inputs["terminated"][:, 0] = True
+            inputs["truncated"] = torch.zeros_like(inputs["terminated"])
+        runs.append((training, inputs))
+    return runs
+
+
 class RecurrentState:
     """The hidden states of one group's recurrent roles (see the module docstring)."""
 

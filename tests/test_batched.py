@@ -14,7 +14,6 @@ from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-import skrl_marl_ext.algorithms.mappo as on_policy
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
 from skrl_marl_ext.envs import make_spread_env
 from skrl_marl_ext.groups.stacked import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_, make_adam
@@ -28,11 +27,6 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     batched path, which ``"auto"`` leaves for the loop on a CPU with few agents."""
     cfg = {"batch_agent_models": True, **(cfg or {})}
     return helpers.make_agent(env, algo, shared=shared, cfg=cfg, models=models, **kwargs)
-
-
-def in_order(samples, mini_batches, *, device, shuffle=True):
-    """Mini-batches without shuffling: the loop draws one permutation per agent, a batched group one for all."""
-    return iter(torch.tensor_split(torch.arange(samples, device=device), mini_batches))
 
 
 def lockstep(batched, loop, env, steps, *, infos_fn=None):
@@ -105,14 +99,14 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
-def test_batched_update_equals_the_per_agent_loop(case, monkeypatch):
+def test_batched_update_equals_the_per_agent_loop(case):
     """Several updates on the same rollouts: parameters, optimiser moments and statistics within 1e-6."""
-    monkeypatch.setattr(on_policy, "mini_batch_indexes", in_order)
     spec = CASES[case]
     torch.manual_seed(0)
     env = make_spread_env(num_envs=4, num_agents=3, continuous=spec["continuous"], episode_length=5)
     models = make_models(env, spec["algo"])
     cfg = {"rollouts": ROLLOUTS, "learning_epochs": 2, "mini_batches": 3, "grad_norm_clip": 0.05, **spec["cfg"]}
+    cfg["mini_batch_order"] = "sequential"  # the loop draws one permutation per agent, a batched group one for all
     batched = make_agent(env, spec["algo"], cfg=dict(cfg), models=models)
     loop = make_agent(env, spec["algo"], cfg=dict(cfg, batch_agent_models=False), models=copy.deepcopy(models))
     assert [(g.uids, g.batched) for g in batched.groups] == [(env.possible_agents, True)]
@@ -124,13 +118,12 @@ def test_batched_update_equals_the_per_agent_loop(case, monkeypatch):
     assert max_difference(after, before) > 1e-3  # it learned: the comparison compares something
 
 
-def test_agent_masks_count_per_agent(monkeypatch):
+def test_agent_masks_count_per_agent():
     """A dead agent's samples count in no loss: its model does not move; the others train as in the loop."""
-    monkeypatch.setattr(on_policy, "mini_batch_indexes", in_order)
     torch.manual_seed(1)
     env = make_spread_env(num_envs=4, num_agents=3)
     models = make_models(env, "mappo")
-    cfg = {"rollouts": ROLLOUTS, "learning_epochs": 2, "mini_batches": 2}
+    cfg = {"rollouts": ROLLOUTS, "learning_epochs": 2, "mini_batches": 2, "mini_batch_order": "sequential"}
     batched = make_agent(env, cfg=dict(cfg), models=models)
     loop = make_agent(env, cfg=dict(cfg, batch_agent_models=False), models=copy.deepcopy(models))
     dead = [p.detach().clone() for p in models["agent_1"]["policy"].parameters()]
@@ -242,8 +235,9 @@ def test_clip_per_agent_slice_equals_torch_per_agent(transposed, per_tensor):
 
 
 def test_which_agents_batch():
-    """Batched where the models allow it; the loop where the class or shapes differ, a model serves two roles, or
-    the update adapts to each agent's KL; never for shared models."""
+    """Batched where the models allow it, an update that adapts to each agent's own KL included (``KLAdaptiveLR``,
+    ``kl_threshold``); the loop where the class or shapes differ or a model serves two roles; never for shared
+    models."""
     env = make_spread_env(num_envs=2, num_agents=4)
     models = make_models(env)
     wide = GaussianMLP(
@@ -255,10 +249,10 @@ def test_which_agents_batch():
         (["agent_0", "agent_1", "agent_2"], True),
         (["agent_3"], False),
     ]
-    assert [g.uids for g in make_agent(env, cfg={"learning_rate_scheduler": KLAdaptiveLR}).groups] == [
-        [uid] for uid in env.possible_agents
+    assert [(g.uids, g.batched) for g in make_agent(env, cfg={"learning_rate_scheduler": KLAdaptiveLR}).groups] == [
+        (env.possible_agents, True)
     ]
-    assert [g.batched for g in make_agent(env, cfg={"kl_threshold": 0.1}).groups] == [False] * 4
+    assert [(g.size, g.batched) for g in make_agent(env, cfg={"kl_threshold": 0.1}).groups] == [(4, True)]
     shared = make_agent(env, models=make_models(env, shared=True))
     assert [(g.size, g.batched) for g in shared.groups] == [(4, False)]
 
@@ -464,28 +458,50 @@ def test_agents_step_with_a_fused_adam_on_cpu():
     assert max_difference([params(m) for m in mappo.groups[0].unique_models()], before) > 0
 
 
+def _record_maps(monkeypatch, models: dict) -> list[list[str]]:
+    """The roles whose network each ``torch.vmap`` call runs, in order: ``models`` (role -> the first agent's model,
+    whose ``compute`` a batched group runs inside the map) record their role when computed inside a map."""
+    maps, inside, vmap = [], [], torch.vmap
+
+    def counting_vmap(function, *args, **kwargs):
+        mapped = vmap(function, *args, **kwargs)
+
+        def run(*a, **k):
+            maps.append([])
+            inside.append(True)
+            try:
+                return mapped(*a, **k)
+            finally:
+                inside.pop()
+
+        return run
+
+    monkeypatch.setattr(torch, "vmap", counting_vmap)
+    for role, model in models.items():
+        compute = model.compute
+
+        def recording(inputs, role_name="", _role=role, _compute=compute):
+            if inside:
+                maps[-1].append(_role)
+            return _compute(inputs, role_name)
+
+        monkeypatch.setattr(model, "compute", recording)
+    return maps
+
+
 def test_roles_of_a_step_run_in_one_map(monkeypatch):
     """A batched group runs its policy and value (MAPPO's act and each mini-batch) and MADDPG's twin critics and twin
-    target critics through one ``act_together`` call each, that is one ``torch.vmap``, with the results of separate
-    calls to the bit (sampling included: the mixins draw in call order)."""
-    import skrl_marl_ext.groups as groups_module
-    import skrl_marl_ext.groups.stacked as batched_module
+    target critics in one ``torch.vmap`` each (one ``act_together`` call), with the results of separate calls to the
+    bit (sampling included: the mixins draw in call order)."""
+    from skrl_marl_ext.groups.stacked import act_together as together
 
-    calls, maps = [], []
-    together, vmap = batched_module.act_together, torch.vmap
-
-    def recorded(roles_calls):
-        calls.append(tuple(role for _, _, role in roles_calls))
-        return together(roles_calls)
-
-    monkeypatch.setattr(groups_module, "act_together", recorded)
-    monkeypatch.setattr(batched_module.torch, "vmap", lambda *a, **k: maps.append(1) or vmap(*a, **k))
     env = make_spread_env(num_envs=4, num_agents=3)
     agent = make_agent(env, "mappo", cfg={"rollouts": 2, "learning_epochs": 1, "mini_batches": 2})
+    maps = _record_maps(monkeypatch, agent.models["agent_0"])
     drive(agent, env, 2)  # 2 acts, the bootstrap, 2 mini-batches
-    both = ("policy", "value")
-    assert calls == [both, both, ("value",), both, both]
-    assert len(maps) == len(calls)  # one map per call
+    both = ["policy", "value"]
+    assert maps == [both, both, ["value"], both, both]  # one map per call, both roles in it
+    monkeypatch.undo()
 
     (group,) = agent.groups
     observations = torch.randn(3, 4, env.observation_space("agent_0").shape[0])
@@ -502,10 +518,10 @@ def test_roles_of_a_step_run_in_one_map(monkeypatch):
     assert "log_prob" in joint[0][1]
 
     maddpg = make_maddpg(env, models=make_maddpg_models(env, twin=True), cfg={"batch_size": 8})
-    calls.clear()
+    maps = _record_maps(monkeypatch, maddpg.models["agent_0"])
     drive(maddpg, env, 6)
-    assert ("critic", "critic_2") in calls and ("target_critic", "target_critic_2") in calls
-    assert not {("critic_2",), ("target_critic_2",)} & set(calls)
+    assert ["critic", "critic_2"] in maps and ["target_critic", "target_critic_2"] in maps
+    assert not [m for m in maps if m in (["critic_2"], ["target_critic_2"])]
 
 
 def test_adam_steps_transposed_weights_through_contiguous_views(monkeypatch):

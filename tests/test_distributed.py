@@ -31,7 +31,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, port: int, algo: str, out_dir: str) -> None:
+def _worker(rank: int, port: int, algo: str, out_dir: str, batched: bool = False) -> None:
     # imported here: the spawned process starts bare
     from helpers import make_agent, params, spread
 
@@ -49,21 +49,25 @@ def _worker(rank: int, port: int, algo: str, out_dir: str) -> None:
             "experiment": {"directory": out_dir, "experiment_name": f"rank{rank}", "write_interval": 8},
         }
         cfg["experiment"]["checkpoint_interval"] = 32
+        if batched:  # each agent its own KL, rate and early stop: every rank must stop the same agents
+            cfg.update(batch_agent_models=True, kl_threshold=0.004)
         agent = make_agent(env, algo, cfg=cfg)
+        assert [g.batched for g in agent.groups] == ([True] if batched else [False] * 3)
         initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
         trainer_cfg = {"timesteps": 64, "headless": True, "disable_progressbar": True}
         SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg).train()
         flat = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])
-        lrs = torch.tensor([g.optimizer.param_groups[0]["lr"] for g in agent.groups], dtype=torch.float64)
+        optimizers = [agent.checkpoint_modules[uid]["optimizer"].state_dict() for uid in env.possible_agents]
+        lrs = torch.tensor([o["param_groups"][0]["lr"] for o in optimizers], dtype=torch.float64)
         torch.save({"initial": initial, "params": flat, "lrs": lrs}, os.path.join(out_dir, f"result{rank}.pt"))
         dist.barrier()  # every rank done with its collectives before any tears the group down
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("algo", ["mappo", "ippo"])
-def test_gloo_ranks_agree_bitwise(algo, tmp_path):
-    mp.spawn(_worker, args=(_free_port(), algo, str(tmp_path)), nprocs=WORLD, join=True)
+@pytest.mark.parametrize("algo,batched", [("mappo", False), ("ippo", False), ("mappo", True)])
+def test_gloo_ranks_agree_bitwise(algo, batched, tmp_path):
+    mp.spawn(_worker, args=(_free_port(), algo, str(tmp_path), batched), nprocs=WORLD, join=True)
     results = [torch.load(tmp_path / f"result{r}.pt") for r in range(WORLD)]
     assert torch.equal(results[0]["initial"], results[1]["initial"])  # broadcast at construction
     assert not torch.equal(results[0]["initial"], results[0]["params"])  # and it trained

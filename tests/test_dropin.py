@@ -365,3 +365,23 @@ def test_where_skrl_is_right_ours_trains_to_skrls_parameters(algo):
     initial = _train_spread("ours", algo, cfg, 1)  # no update yet
     assert (ours - initial).abs().max() > 1e-2  # four updates moved the parameters
     torch.testing.assert_close(ours, skrls, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("algo", ["mappo", "ippo"])
+def test_the_kl_early_stop_trains_to_skrls_parameters(algo):
+    # skrl 2.1.1's early stop: a mini-batch whose KL passes kl_threshold ends that epoch's mini-batch loop only (the
+    # next epoch tries again), and its KL counts in the epoch's mean that KLAdaptiveLR reads. The threshold stops
+    # epochs part-way here (stopping the whole update, or leaving that KL out, ends elsewhere)
+    cfg = {
+        "rollouts": 16,
+        "learning_epochs": 2,
+        "mini_batches": 4,
+        "learning_rate": 1e-3,
+        "learning_rate_scheduler": KLAdaptiveLR,
+        "learning_rate_scheduler_kwargs": {"kl_threshold": 0.008},
+        "kl_threshold": 0.004,
+        "grad_norm_clip": 0.5,
+        "value_clip": 0.0,
+    }
+    skrls, ours = _train_spread("skrl", algo, cfg, 64), _train_spread("ours", algo, cfg, 64)
+    torch.testing.assert_close(ours, skrls, rtol=0, atol=1e-4)

@@ -17,7 +17,7 @@ from test_reliability import _all_params, _restore_on_reset, _train, _train_unti
 
 from skrl_marl_ext import HAPPO, HAPPO_CFG, MAPPO, ValueNorm, cli, functional
 from skrl_marl_ext.algorithms import happo as happo_module
-from skrl_marl_ext.algorithms import mappo as mappo_module
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent
 from skrl_marl_ext.runner import Runner
 from skrl_marl_ext.trainers import StepTrainer
 
@@ -57,7 +57,7 @@ class Spy:
             self.calls.append(call)
             return original(**kwargs)
 
-        monkeypatch.setattr(mappo_module, "ppo_loss", spy)
+        monkeypatch.setattr(OnPolicyAgent, "ppo_loss", staticmethod(spy))
 
 
 def update_orders(agent):

@@ -326,9 +326,10 @@ def test_learning_rate_pair_kl_adaptive_scheduler_and_kl_early_stop():
     assert 1 <= len(steps) < 8 * SMALL["mini_batches"]
 
 
-def test_scheduler_counts_only_epochs_whose_optimizer_stepped(tmp_path):
-    # with input statistics refreshed before the epochs the first mini-batch's KL is above a tiny threshold: the
-    # update stops before any optimiser step, so the schedule must not move (torch warns when it does)
+def test_a_kl_stop_ends_the_epoch_and_the_schedule_counts_every_epoch(tmp_path):
+    # with input statistics refreshed before the epochs the first mini-batch's KL is above a tiny threshold: each epoch
+    # stops before its first step and the next tries again (skrl's early stop); the schedule counts every epoch, as
+    # skrl's does (torch warns that it stepped before the optimiser)
     env = spread(num_envs=4)
     cfg = dict(
         SMALL,
@@ -341,11 +342,11 @@ def test_scheduler_counts_only_epochs_whose_optimizer_stepped(tmp_path):
     steps = []
     agent.groups[0].optimizer.register_step_post_hook(lambda *a: steps.append(1))
     with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=".*lr_scheduler.step.*before.*optimizer.step")
+        warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*before.*optimizer.step")
         drive(agent, env, SMALL["rollouts"])
     agent.save(str(tmp_path / "agent.pt"))
     scheduler = torch.load(tmp_path / "agent.pt", weights_only=True)["agent_0"]["scheduler"]
-    assert not steps and scheduler["last_epoch"] == 0
+    assert not steps and scheduler["last_epoch"] == SMALL["learning_epochs"]
 
 
 def test_mixed_precision_on_cpu_trains_with_finite_parameters():
@@ -491,22 +492,31 @@ def test_config_fields_all_have_docstrings_and_defaults():
 
 
 def _recorded_mini_batches(monkeypatch, order, *, algo="mappo", epochs=2):
-    """The sample indexes of every mini-batch the agent trained on in its first update (one list per epoch)."""
-    from skrl_marl_ext.algorithms import mappo as on_policy
-
-    seen = []
-    batch = on_policy.TrainingData.batch
-
-    def spy(self, indexes):
-        seen.append(indexes.clone())
-        return batch(self, indexes)
-
-    monkeypatch.setattr(on_policy.TrainingData, "batch", spy)
+    """The sample indexes of every mini-batch the agent trained on in its first update (one list per epoch): each
+    sample is known by the log-probability it was acted with (step ``t``, env ``n``: index ``t * N + n``), which the
+    loss receives as ``old_log_prob``."""
     env = spread(num_envs=4)
     cfg = {"rollouts": 8, "learning_epochs": epochs, "mini_batches": 4, "mini_batch_order": order}
     cfg["batch_agent_models"] = True  # one group, so one sample order per mini-batch
-    drive(make_agent(env, algo, cfg=cfg), env, 8)
-    assert len(seen) == epochs * 4
+    agent = make_agent(env, algo, cfg=cfg)
+    acted, seen, act, loss = [], [], agent.act, agent.ppo_loss
+    uid = env.possible_agents[0]
+
+    def recording_act(observations, states, **kwargs):
+        actions, outputs = act(observations, states, **kwargs)
+        acted.append(outputs[uid]["log_prob"].view(-1).clone())
+        return actions, outputs
+
+    def recording_loss(**kwargs):
+        seen.append(kwargs["old_log_prob"][0].view(-1).clone())  # the group's first agent
+        return loss(**kwargs)
+
+    monkeypatch.setattr(agent, "act", recording_act)
+    monkeypatch.setattr(agent, "ppo_loss", recording_loss)
+    drive(agent, env, 8)
+    index = {value: i for i, value in enumerate(torch.cat(acted).tolist())}
+    assert len(index) == 32 and len(seen) == epochs * 4  # every sample told apart by its log-probability
+    seen = [torch.tensor([index[value] for value in batch.tolist()]) for batch in seen]
     return [seen[e * 4 : (e + 1) * 4] for e in range(epochs)]
 
 

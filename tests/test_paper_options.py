@@ -11,7 +11,7 @@ import torch
 from helpers import QUIET, drive, make_agent, make_models, one_thread, spread  # noqa: F401
 
 from skrl_marl_ext import HAPPO, ValueNorm
-from skrl_marl_ext.algorithms import mappo as mappo_module
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent
 from skrl_marl_ext.models import ValueMLP
 
 ONE_STEP = {"rollouts": 4, "learning_epochs": 1, "mini_batches": 1}
@@ -102,13 +102,13 @@ class LossSpy:
 
     def __init__(self, monkeypatch):
         self.advantages = []
-        original = mappo_module.ppo_loss
+        original = OnPolicyAgent.ppo_loss
 
         def spy(**kwargs):
             self.advantages.append(kwargs["advantages"].detach().clone())
             return original(**kwargs)
 
-        monkeypatch.setattr(mappo_module, "ppo_loss", spy)
+        monkeypatch.setattr(OnPolicyAgent, "ppo_loss", staticmethod(spy))
 
 
 def _agents_apart(rewards, timestep, timesteps):
@@ -229,7 +229,6 @@ def test_the_team_critic_is_trained_once_per_update_on_every_agents_samples(tmp_
 def test_the_team_critic_loss_is_the_mean_value_loss_of_every_agents_samples(monkeypatch):
     """One epoch of one mini-batch: the critic's step is one Adam step on HARL's critic loss (``value_loss_coef`` x the
     mean of ``(R - V)^2 / 2``, i.e. ``value_loss_scale`` x the mean squared error) over every agent's samples."""
-    from skrl_marl_ext.algorithms import happo as happo_module
 
     torch.manual_seed(0)
     env = spread(num_envs=4)
@@ -239,7 +238,7 @@ def test_the_team_critic_loss_is_the_mean_value_loss_of_every_agents_samples(mon
     reference = ValueMLP(state_space=env.state_space("agent_0"), input="states", hidden_sizes=(32, 32))
     reference.load_state_dict(critic.state_dict())
     returns, states = [], []
-    original_loss, original_act = happo_module.value_loss, agent.act
+    original_loss, original_act = agent.value_loss, agent.act
 
     def loss_spy(**kwargs):
         returns.append(kwargs["returns"].detach().clone().view(-1, 1))
@@ -249,7 +248,7 @@ def test_the_team_critic_loss_is_the_mean_value_loss_of_every_agents_samples(mon
         states.append(step_states["agent_0"].clone())
         return original_act(observations, step_states, **kwargs)
 
-    monkeypatch.setattr(happo_module, "value_loss", loss_spy)
+    monkeypatch.setattr(agent, "value_loss", loss_spy)
     monkeypatch.setattr(agent, "act", act_spy)
     drive(agent, env, 4)
     assert len(returns) == 3  # one per agent, in the one mini-batch

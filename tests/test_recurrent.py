@@ -15,7 +15,7 @@ from helpers import QUIET, drive, make_agent, one_thread, spread  # noqa: F401
 from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from skrl.trainers.torch import SequentialTrainer
 
-from skrl_marl_ext.algorithms import mappo as algorithm
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, ValueRNN
 from skrl_marl_ext.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
@@ -55,7 +55,7 @@ def rnn_models(env, *, cell="gru", shared=False, algo="mappo", length=4, doc=Fal
 def first_mini_batch_log_probs(agent, monkeypatch):
     """Spy on the agent's PPO loss: ``(new log-prob, old log-prob)`` of the first mini-batch of each update (before
     that update's first optimiser step, the re-evaluation of the acting log-probabilities)."""
-    seen, original = [], algorithm.ppo_loss
+    seen, original = [], OnPolicyAgent.ppo_loss
     count = {"n": 0}
 
     def spy(**kwargs):
@@ -65,7 +65,7 @@ def first_mini_batch_log_probs(agent, monkeypatch):
         count["n"] += 1
         return original(**kwargs)
 
-    monkeypatch.setattr(algorithm, "ppo_loss", spy)
+    monkeypatch.setattr(agent, "ppo_loss", spy)
     return seen
 
 
@@ -130,14 +130,14 @@ def test_bootstrap_uses_the_hidden_state_after_the_last_step(monkeypatch):
     cfg = {**CFG, "rollouts": 8}
     agent = make_agent(env, "ippo", cfg=cfg, models=rnn_models(env, algo="ippo", length=8))
     captured = {}
-    original = algorithm.compute_gae
+    original = OnPolicyAgent.compute_gae
 
     def spy(**kwargs):  # groups are updated in order; the value model as GAE saw it (the update changes it next)
         group = agent.groups[len(captured)]
         captured[group.index] = (kwargs["next_values"][-1].clone(), copy.deepcopy(group.value))
         return original(**kwargs)
 
-    monkeypatch.setattr(algorithm, "compute_gae", spy)
+    monkeypatch.setattr(agent, "compute_gae", spy)
     record, last = agent.record_transition, {}
 
     def recording(**kwargs):  # the observations after the last step: what the bootstrap reads

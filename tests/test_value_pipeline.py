@@ -25,19 +25,20 @@ from skrl.models.torch import DeterministicMixin, Model
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 
 from skrl_marl_ext import IPPO, MAPPO, ValueNorm
-from skrl_marl_ext.algorithms import mappo as on_policy
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent
 from skrl_marl_ext.keys import FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 from skrl_marl_ext.models import GaussianMLP
 
 
 class Recorder:
-    """Wraps a function of ``on_policy``, keeping the keyword arguments (and results) of every call."""
+    """Wraps a function of the update's math (``OnPolicyAgent.compute_gae``, ``.ppo_loss``), keeping the keyword
+    arguments (and results) of every call."""
 
     def __init__(self, monkeypatch, name: str, hook=None):
         self.calls = []
-        self.function = getattr(on_policy, name)
+        self.function = getattr(OnPolicyAgent, name)
         self.hook = hook
-        monkeypatch.setattr(on_policy, name, self)
+        monkeypatch.setattr(OnPolicyAgent, name, staticmethod(self))
 
     def __call__(self, **kwargs):
         if self.hook is not None:
@@ -303,9 +304,6 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
     # and the old ones are exactly those the acting policy gave (so the ratio shows the refresh's effect)
     env = spread(num_envs=8)
     T, N = 8, 8
-    monkeypatch.setattr(
-        on_policy, "mini_batch_indexes", lambda samples, mini_batches, device, shuffle: iter([torch.arange(samples)])
-    )
     acted, checked = [], []
     agent = make_agent(
         env,
@@ -314,6 +312,7 @@ def test_input_statistics_refresh_before_the_epochs_and_the_ratio_keeps_the_beha
             "rollouts": T,
             "learning_epochs": 1,
             "mini_batches": 1,
+            "mini_batch_order": "sequential",  # the rollout's samples in order
             "observation_preprocessor": RunningStandardScaler,
             "state_preprocessor": RunningStandardScaler,
             "experiment": QUIET,

@@ -17,7 +17,6 @@ from helpers import QUIET, drive, make_agent, one_thread, spread  # noqa: F401
 from torch import nn
 
 from skrl_marl_ext import ValueNorm
-from skrl_marl_ext.algorithms import mappo as on_policy
 from skrl_marl_ext.functional import value_loss
 
 
@@ -222,7 +221,7 @@ def drive_and_record(monkeypatch, *, shared: bool, mini_batches: int, updates: i
     agent = make_agent(env, shared=shared, cfg=cfg)
     (group,) = agent.groups
     spy = Spy(monkeypatch, group.value) if not group.stacked else None
-    records, gae, loss = [], on_policy.compute_gae, on_policy.ppo_loss
+    records, gae, loss = [], agent.compute_gae, agent.ppo_loss
 
     def record_gae(**kwargs):
         b = group.rollout.tensors
@@ -236,8 +235,8 @@ def drive_and_record(monkeypatch, *, shared: bool, mini_batches: int, updates: i
         records[-1]["losses"].append({k: v.detach().clone() for k, v in kwargs.items() if torch.is_tensor(v)})
         return loss(**kwargs)
 
-    monkeypatch.setattr(on_policy, "compute_gae", record_gae)
-    monkeypatch.setattr(on_policy, "ppo_loss", record_loss)
+    monkeypatch.setattr(agent, "compute_gae", record_gae)
+    monkeypatch.setattr(agent, "ppo_loss", record_loss)
     drive(agent, env, rollouts * updates)
     assert len(records) == updates and all(len(r["losses"]) == epochs * mini_batches for r in records)
     return group, records

@@ -54,12 +54,13 @@ def make_grad_scaler(device_type: str, enabled: bool):
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
     """Steps ``optimizer`` (Adam) has taken: its first parameter's ``state["step"]``, which neither a step the grad
-    scaler skips nor a fused step that found inf/NaN gradients advances (one host read)."""
+    scaler skips nor a fused step that found inf/NaN gradients advances (one host read); of a batched group's Adam,
+    whose agents may count their own steps, the most any agent took."""
     for group in optimizer.param_groups:
         for parameter in group["params"]:
             state = optimizer.state.get(parameter)
             if state and "step" in state:
-                return int(state["step"])
+                return int(state["step"].max())
     return 0
 
 

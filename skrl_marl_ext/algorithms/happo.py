@@ -125,6 +125,7 @@ class HAPPO(OnPolicyAgent):
     cfg_class = HAPPO_CFG
     requires_states = True
     progress_class = HAPPOProgress
+    value_loss = staticmethod(value_loss)  # the team critic's loss (see OnPolicyAgent.ppo_loss)
     _critic_optimizer: torch.optim.Optimizer | None = None
     """Team critic: its optimiser (with ``_critic_scheduler`` and ``_critic_value_preprocessor``)."""
     _critic_scheduler: Any = None
@@ -265,7 +266,7 @@ class HAPPO(OnPolicyAgent):
                         batch = data.batch(indexes)
                         inputs = {"observations": batch["observations"].contiguous(), "states": batch["states"]}
                         predicted, _ = group.act("value", inputs)
-                        loss = value_loss(
+                        loss = self.value_loss(
                             predicted_values=predicted.float().view(batch["returns"].shape),
                             old_values=batch["values"],
                             returns=group.preprocess("value", batch["returns"], agent_dim=0),

@@ -47,7 +47,14 @@ from skrl_marl_ext.functional import (
     ppo_loss,
 )
 from skrl_marl_ext.groups import AgentGroup
-from skrl_marl_ext.groups.stacked import batch_by_default, make_adam, stackable_preprocessor
+from skrl_marl_ext.groups.stacked import (
+    AgentOptimizerView,
+    batch_by_default,
+    batching_failure,
+    make_adam,
+    stack_signature,
+    stackable_preprocessor,
+)
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
     AGENT_MASK_KEY,
@@ -58,7 +65,7 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.agent_id import append_agent_id, with_agent_ids
 from skrl_marl_ext.models.clipping import clips_gaussian_samples, unclipped_sampling
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.recurrent import RESET_KEY, RecurrentState, is_recurrent, rnn_specification
+from skrl_marl_ext.recurrent import RESET_KEY, RecurrentState, batching_dry_runs, rnn_specification
 from skrl_marl_ext.storage.rollout import RolloutBuffer, check_finite, mini_batch_indexes
 
 STATISTICS = ("objective", "critic", "entropy", "kl", "clip_fraction", "std")
@@ -71,7 +78,11 @@ class OnPolicyGroup(AgentGroup):
     """An on-policy group: its optimiser over policy and value, value normaliser and rollout."""
 
     optimizer: torch.optim.Optimizer | None = None
+    """One Adam over the group's trainable parameters; a batched group's steps each agent as its own (per-agent
+    learning rates and step counts: :class:`~skrl_marl_ext.groups.stacked.Adam`)."""
     scheduler: Any = None
+    """The learning rate scheduler (None without one); a batched group's is a list of one per agent, each adapting its
+    agent's learning rates through an :class:`~skrl_marl_ext.groups.stacked.AgentOptimizerView`."""
     value_preprocessor: Callable = identity
     trainable: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)
     """Every parameter the optimiser steps, each once."""
@@ -94,6 +105,10 @@ class OnPolicyGroup(AgentGroup):
 
     policy = property(lambda self: self.models["policy"])
     value = property(lambda self: self.models["value"])
+
+    def optimizer_steps(self) -> list[int]:
+        """The steps the optimiser took: each agent's of a batched group, else one count (one host read)."""
+        return self.optimizer.agent_steps() if self.batched else [optimizer_steps(self.optimizer)]
 
 
 @dataclasses.dataclass
@@ -121,8 +136,9 @@ class Decision:
 
 @dataclasses.dataclass
 class TrainingData:
-    """A group's rollout as the mini-batches read it: every float tensor packed into one ``(G, T * N, width)``
-    tensor (one gather per mini-batch), plus masks."""
+    """A group's rollout as the mini-batches read it: the raw inputs where the rollout keeps them (a state the group
+    shares, once), gathered and preprocessed by each mini-batch; every other float tensor packed into one ``(G, T * N,
+    width)`` tensor (one gather per mini-batch); masks."""
 
     packed: torch.Tensor
     names: list[str]
@@ -130,9 +146,12 @@ class TrainingData:
     mask: torch.Tensor | None
     """``(G, T * N, 1)`` agent mask, or None when every sample counts (then every mean is a plain mean)."""
     action_mask: torch.Tensor | None
-    shared_states: torch.Tensor | None
-    """``(T * N, size)``: a state shared by the whole group (and no agent id appended), gathered once per mini-batch
-    and broadcast to the G agents instead of a G-fold copy of the rollout."""
+    inputs: dict[str, torch.Tensor]
+    """The rollout's raw ``observations`` ``(T, G, N, size)`` and ``states`` ``(T, G or 1, N, size)``, not copied."""
+    model_inputs: Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
+    """Raw ``(G, B, size)`` observations and ``(G or 1, B, size)`` states to the models' inputs ``(G, B, ...)``,
+    preprocessed with the statistics the update refreshed. They stay fixed through the epochs and preprocessing is
+    elementwise, so a mini-batch gets what preprocessing the whole rollout once would give it."""
     flags: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     """Recurrent models: ``(G, T * N, 1)`` bool hidden-state resets and truncations."""
 
@@ -142,16 +161,18 @@ class TrainingData:
         return self.packed[..., start : start + self.widths[self.names.index(name)]]
 
     def batch(self, indexes: torch.Tensor) -> dict[str, torch.Tensor | None]:
-        """The samples ``indexes`` of every tensor, ``(G, B, width)``."""
+        """The samples ``indexes`` (sample ``i``: step ``i // N``, env ``i % N``) of every tensor, ``(G, B, width)``;
+        a state the group shares is a view expanded to its agents (unless agent ids are appended)."""
         batch = dict(zip(self.names, self.packed[:, indexes].split(self.widths, dim=-1), strict=True))
         batch["mask"] = self.mask[:, indexes] if self.mask is not None else None
         batch["action_mask"] = self.action_mask[:, indexes] if self.action_mask is not None else None
-        if self.shared_states is not None:  # one state for the group: a view expanded to its agents
-            G = self.packed.shape[0]
-            batch["states"] = self.shared_states[indexes].unsqueeze(0).expand(G, -1, -1)
-        elif "states" in batch:
-            batch["states"] = batch["states"].contiguous()  # models may .view() their inputs
-        batch.setdefault("states", None)
+        N = self.inputs["observations"].shape[2]
+        steps, envs = indexes.div(N, rounding_mode="floor"), indexes.remainder(N)
+        raw = {name: x.transpose(0, 1)[:, steps, envs] for name, x in self.inputs.items()}  # (G or 1, B, size)
+        obs, states = self.model_inputs(raw["observations"], raw.get("states"))
+        batch["observations"] = obs
+        # contiguous: models may .view() their inputs; a state shared by the group stays an expanded view
+        batch["states"] = states if states is None or states.stride(0) == 0 else states.contiguous()
         batch.update({name: flag[:, indexes] for name, flag in self.flags.items()})
         return batch
 
@@ -163,6 +184,10 @@ class OnPolicyAgent(GroupedMultiAgent):
     roles = ("policy", "value")
     group_class = OnPolicyGroup
     requires_states: bool = True
+
+    # the update's math, called through the agent: a subclass (or an instance) may replace one to change or observe it
+    compute_gae = staticmethod(compute_gae)
+    ppo_loss = staticmethod(ppo_loss)
 
     # ------------------------------------------------------------------ construction
 
@@ -191,7 +216,9 @@ class OnPolicyAgent(GroupedMultiAgent):
             cfg=cfg,
         )
         self.cfg: OnPolicyCfg
+        self._batching_failures: dict[tuple, tuple[str, str | None]] = {}  # recurrent: vmap dry runs per kind of model
         self._form_groups(batchable=self._batchable, roles=self._grouping_roles())
+        self._warn_unbatched_recurrent()
         self.policies = {uid: self.models[uid]["policy"] for uid in self.possible_agents}
         self.values = {uid: self.models[uid]["value"] for uid in self.possible_agents}
         num_envs = self._check_memories()
@@ -237,21 +264,56 @@ class OnPolicyAgent(GroupedMultiAgent):
     def _batchable(self, uid: str) -> bool:
         """Agents with models of their own batch where ``cfg.batch_agent_models`` is True, or ``"auto"`` and
         :func:`~skrl_marl_ext.groups.stacked.batch_by_default` says so, unless a preprocessor's statistics cannot be
-        stacked, the update adapts to each agent's own KL (``KLAdaptiveLR``, ``kl_threshold``), or a model is recurrent
-        (``torch.vmap`` has no batching rule for ``aten::gru``/``aten::lstm``)."""
+        stacked, or a recurrent model cannot run under ``torch.vmap`` (:meth:`_recurrent_models_batch`)."""
         cfg = self.cfg
         preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
-        scheduler = cfg.value_for("learning_rate_scheduler", uid)
         wanted = cfg.batch_agent_models
         if wanted == "auto":
             wanted = batch_by_default(self.models, uid, roles=self.roles, device=self.device)
         return (
             wanted is True
             and all(stackable_preprocessor(cfg.value_for(name, uid)) for name in preprocessors)
-            and not (isinstance(scheduler, type) and issubclass(scheduler, KLAdaptiveLR))
-            and not cfg.value_for("kl_threshold", uid)
-            and not any(is_recurrent(self.models[uid][role]) for role in self.roles)
+            and self._recurrent_models_batch(uid)
         )
+
+    def _recurrent_models_batch(self, uid: str) -> bool:
+        """Whether agent ``uid``'s recurrent models (if any) run under ``torch.vmap``, as a batched group runs them: a
+        dry run on zeros, acting and training, once per kind of model (:func:`~skrl_marl_ext.groups.stacked.
+        batching_failure`). Ours do (:mod:`~skrl_marl_ext.models.rnn`); a model that calls ``nn.GRU``/``nn.LSTM`` (no
+        batching rule) or branches on its inputs does not: its agents run one by one, said in a warning where
+        ``cfg.batch_agent_models`` is True."""
+        name = type(self).__name__
+        for role in self.roles:
+            model = self.models[uid][role]
+            spec = rnn_specification(name, f"the {role} model of agent '{uid}'", model)
+            if spec is None:
+                continue
+            key = (role, stack_signature(model) or id(model))
+            if key not in self._batching_failures:
+                widths = {"observations": self.observation_spaces[uid], "states": self.state_spaces[uid]}
+                widths = {k: compute_space_size(v, occupied_size=True) if v else None for k, v in widths.items()}
+                runs = batching_dry_runs(spec[1], sequence_length=spec[0], widths=widths, device=self.device)
+                self._batching_failures[key] = (uid, batching_failure(model, role, runs))
+            if self._batching_failures[key][1]:
+                return False
+        return True
+
+    def _warn_unbatched_recurrent(self) -> None:
+        """Where ``cfg.batch_agent_models`` is True: one warning per kind of recurrent model that cannot run under
+        ``torch.vmap`` (:meth:`_recurrent_models_batch`), naming an agent, the model and the reason."""
+        if self.cfg.batch_agent_models is not True:
+            return
+        for (role, _), (uid, failure) in self._batching_failures.items():
+            if failure:
+                model = self.models[uid][role]
+                warnings.warn(
+                    f"{type(self).__name__}: cfg.batch_agent_models is True, but the recurrent {role} model of agent "
+                    f"'{uid}' ({type(model).__name__}) cannot run under torch.vmap ({failure.splitlines()[0]}); the "
+                    "agents with such models run one by one. A recurrent model batches when no control flow depends "
+                    "on its inputs (e.g. `if terminated.any()`) and vmap has a batching rule for each of its ops (not "
+                    "for nn.GRU/nn.LSTM), as skrl_marl_ext.models' GaussianRNN, CategoricalRNN and ValueRNN",
+                    stacklevel=3,
+                )
 
     def _check_memories(self) -> int | None:
         """Memories are optional: the rollout lives in one buffer per group. Given ones must fit the rollout.
@@ -360,7 +422,8 @@ class OnPolicyAgent(GroupedMultiAgent):
     def _make_optimizer(self, group: OnPolicyGroup) -> None:
         """One Adam per group (``eps``: ``cfg.optimizer_eps``, torch's when None): the policy's and the value model's
         parameters as two parameter groups (a model in both roles counts once; a team critic's are not the group's),
-        each with its learning rate; the learning rate scheduler; the parameter lists clipped apart."""
+        each with its learning rate (a batched group's: each agent's own); the learning rate scheduler (a batched
+        group's: one per agent); the parameter lists clipped apart."""
         cfg = group.cfg
         policy_lr, value_lr = cfg.learning_rate
         policy_params = group.parameters("policy")
@@ -383,9 +446,14 @@ class OnPolicyAgent(GroupedMultiAgent):
         separate = cfg.grad_norm_clip_mode == "separate" and value_params
         group.clip_sets = [policy_params, value_params] if separate else [group.trainable]
         eps = {} if cfg.optimizer_eps is None else {"eps": cfg.optimizer_eps}
-        group.optimizer = make_adam(param_groups, **eps)
+        group.optimizer = make_adam(param_groups, agents=group.size if group.batched else None, **eps)
         if cfg.learning_rate_scheduler:
-            group.scheduler = cfg.learning_rate_scheduler(group.optimizer, **cfg.learning_rate_scheduler_kwargs)
+            scheduler, kwargs = cfg.learning_rate_scheduler, cfg.learning_rate_scheduler_kwargs
+            if group.batched:  # each agent's rates adapted on their own, as G optimisers' schedulers would
+                views = [AgentOptimizerView(group.optimizer, i) for i in range(group.size)]
+                group.scheduler = [scheduler(view, **kwargs) for view in views]
+            else:
+                group.scheduler = scheduler(group.optimizer, **kwargs)
 
     def _make_preprocessors(self, group: OnPolicyGroup) -> None:
         cfg = group.cfg
@@ -669,7 +737,7 @@ class OnPolicyAgent(GroupedMultiAgent):
         if cfg.time_limit_bootstrap:
             final_values = group.preprocess("value", b["final_values"], agent_dim=1, inverse=True)
             next_values = torch.where(b["truncated"], final_values, next_values)
-        advantages, returns = compute_gae(
+        advantages, returns = self.compute_gae(
             rewards=b["rewards"],
             values=values,
             next_values=next_values,
@@ -686,32 +754,36 @@ class OnPolicyAgent(GroupedMultiAgent):
 
         # statistics: value targets normalised with statistics refreshed by this rollout's returns (the MAPPO paper's
         # code; the clip anchor stays the critic's raw output at collection); input statistics refreshed with the
-        # unmasked, finite inputs, as skrl does (with the whole rollout at once)
+        # unmasked inputs, as skrl does (with the whole rollout at once; check_finite has refused or masked NaN/inf)
         if group.value_preprocessor is not identity and group.trains_value:  # a team critic's: at its own update
             group.update_statistics("value", returns, mask, agent_dim=1)
             returns = group.preprocess("value", returns, agent_dim=1)
         if group.observation_preprocessor is not identity:
-            finite = mask & torch.isfinite(b["observations"]).all(-1, keepdim=True)
-            group.update_statistics("observation", b["observations"], finite, agent_dim=1)
+            group.update_statistics("observation", b["observations"], mask, agent_dim=1)
         if "states" in b and group.state_preprocessor is not identity:
             # a shared state counts where any agent of a shared model is alive; for each agent's own, where it is
             state_mask = mask.any(dim=1, keepdim=True) if group.shared_state and not group.own_models else mask
-            finite = state_mask & torch.isfinite(b["states"]).all(-1, keepdim=True)
-            group.update_statistics("state", b["states"], finite, agent_dim=1)
+            group.update_statistics("state", b["states"], state_mask, agent_dim=1)
 
-        # the rollout per agent (G, T * N, width), inputs preprocessed once with the refreshed statistics
-        obs = group.preprocess("observation", rollout.flat("observations"), agent_dim=0)
-        states = group.preprocess("state", rollout.flat("states"), agent_dim=0) if "states" in b else None
-        shared_states = None
-        if states is not None and states.shape[0] == 1 and not group.id_size and G > 1:
-            shared_states, states = states[0], None  # one state for the group: gathered once per mini-batch
-        obs, states = self._model_inputs(group, obs, states, preprocess=False)
+        # the rollout per agent (G, T * N, width): the inputs stay raw in the rollout and each mini-batch preprocesses
+        # its own (TrainingData.batch); a state the group shares is preprocessed once for all agents where their
+        # statistics are the same (one host read), not once per agent
+        shared = "states" in b and b["states"].shape[1] == 1
+        shared_preprocessor = group.common_preprocessor("state") if shared else None
+
+        def model_inputs(obs: torch.Tensor, states: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+            obs = group.preprocess("observation", obs, agent_dim=0)
+            if states is not None:
+                if shared_preprocessor is not None and states.shape[0] == 1:
+                    states = shared_preprocessor(states)
+                else:
+                    states = group.preprocess("state", states, agent_dim=0)
+            return self._model_inputs(group, obs, states, preprocess=False)
+
         advantages = advantages.transpose(0, 1).reshape(G, T * N, 1)
         if advantage_weights is not None:
             advantages = advantages * advantage_weights
         floats = {
-            "observations": obs,
-            "states": states,
             "actions": rollout.flat("actions"),
             "log_prob": rollout.flat("log_prob"),
             "values": rollout.flat("values"),
@@ -722,7 +794,6 @@ class OnPolicyAgent(GroupedMultiAgent):
         if group.recurrent is not None:  # recurrent: each step's stored hidden states, resets, truncations
             floats.update(group.recurrent.rollout_entries(rollout))
             flags = {RESET_KEY: rollout.flat(RESET_KEY), "truncated": rollout.flat("truncated")}
-        floats = {k: v for k, v in floats.items() if v is not None}
         masked = group.mask_in_observations or group.masks_seen  # masks: stored and used once a policy had them
         data = TrainingData(
             packed=torch.cat([v.float() for v in floats.values()], dim=-1),
@@ -730,19 +801,25 @@ class OnPolicyAgent(GroupedMultiAgent):
             widths=[v.shape[-1] for v in floats.values()],
             mask=None if bool(mask.all()) else rollout.flat("agent_mask"),
             action_mask=rollout.flat("action_mask") if masked else None,
-            shared_states=shared_states,
+            inputs={name: b[name] for name in ("observations", "states") if name in b},
+            model_inputs=model_inputs,
             flags=flags,
         )
 
-        # epochs of mini-batches: one loss and one optimiser step each; the scheduler steps once per epoch in which the
-        # optimiser stepped; with cfg.kl_threshold an epoch stops before a mini-batch whose KL exceeds it
+        # epochs of mini-batches: one loss and one optimiser step each. With cfg.kl_threshold, an agent whose mini-batch
+        # KL passes it steps no more in this epoch, as skrl breaks its mini-batch loop there; the next epoch tries
+        # again. Each agent of a batched group has its own KL, stop, learning rates and scheduler (K = G); agents
+        # sharing a model have one (K = 1). The scheduler steps once per epoch, KLAdaptiveLR with the epoch's mean KL
         stats = {name: torch.zeros(G, device=self.device) for name in STATISTICS}
-        updates = 0
+        K = G if group.batched else 1
+        schedulers = [] if group.scheduler is None else group.scheduler if group.batched else [group.scheduler]
+        updates, agent_updates = 0, [0] * K  # optimiser steps, and those each agent took part in
         shuffle = cfg.mini_batch_order == "shuffled"
         amp = self.scaler.is_enabled()
         for _ in range(cfg.learning_epochs):
-            epoch_kl, stop, epoch_start = [], False, updates
-            steps_before = optimizer_steps(group.optimizer) if amp and group.scheduler is not None else 0
+            stepping, live = [True] * K, torch.ones(K, device=self.device)  # the agents still stepping, as weights
+            epoch_kl, epoch_steps = [], [0] * K
+            steps_before = group.optimizer_steps() if amp and schedulers else None
             if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
                 batches = group.recurrent.mini_batch_indexes(
                     T, N, group.mini_batches, device=self.device, shuffle=shuffle
@@ -770,15 +847,22 @@ class OnPolicyAgent(GroupedMultiAgent):
                     predicted = value_results[0][0].float().view(G, B, 1) if value_results else None
                     log_prob = outputs["log_prob"].float().view(G, B, 1)
                     with torch.no_grad():
-                        group_kl = masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), batch_mask)
+                        kl = approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"])
+                        kl = masked_mean(kl, batch_mask, dim=(1, 2)) if group.batched else masked_mean(kl, batch_mask)
+                    # the epoch's KLs of the agents still stepping, this one's included when it stops them (as skrl)
+                    epoch_kl.append((kl.view(K), live))
                     # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
-                    if cfg.kl_threshold and bool(distributed.all_reduce_mean_(group_kl.clone()) > cfg.kl_threshold):
-                        stop = True
-                        break
+                    if cfg.kl_threshold:
+                        over = (distributed.all_reduce_mean_(kl.view(K).clone()) > cfg.kl_threshold).tolist()
+                        if any(s and o for s, o in zip(stepping, over, strict=True)):
+                            stepping = [s and not o for s, o in zip(stepping, over, strict=True)]
+                            if not any(stepping):
+                                break
+                            live = torch.tensor(stepping, dtype=torch.float32, device=self.device)
                     entropy = None
                     if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
                         entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
-                    terms = ppo_loss(
+                    terms = self.ppo_loss(
                         log_prob=log_prob,
                         old_log_prob=batch["log_prob"],
                         advantages=batch["advantages"],
@@ -802,31 +886,40 @@ class OnPolicyAgent(GroupedMultiAgent):
                     self.scaler.unscale_(group.optimizer)
                     for parameters in group.clip_sets:  # all together, or policy and value apart
                         group.clip_grad_norm_(parameters, cfg.grad_norm_clip)
-                self.scaler.step(group.optimizer)
+                # the agents that stopped are left out of the step: their parameters and Adam state stay as they are
+                self.scaler.step(group.optimizer, **({} if all(stepping) else {"agents": stepping}))
                 self.scaler.update()
-                with torch.no_grad():
+                with torch.no_grad():  # the statistics of the agents that stepped
                     for name in STATISTICS[:-1]:
-                        stats[name] += terms[name].detach()
+                        stats[name].addcmul_(terms[name].detach(), live)
                     distribution = group.policy.distribution(role="policy")
                     if isinstance(distribution, torch.distributions.Normal):
-                        stats["std"] += distribution.stddev.float().view(G, B, -1).mean(dim=(1, 2))
-                epoch_kl.append(group_kl)
+                        stats["std"].addcmul_(distribution.stddev.float().view(G, B, -1).mean(dim=(1, 2)), live)
+                epoch_steps = [n + s for n, s in zip(epoch_steps, stepping, strict=True)]
                 updates += 1
-            # the schedule counts only epochs whose optimiser stepped (a KL stop or grad-scaler skips may leave none)
-            stepped = updates > epoch_start and (not amp or optimizer_steps(group.optimizer) > steps_before)
-            if group.scheduler is not None and stepped:
-                if isinstance(group.scheduler, KLAdaptiveLR):
-                    mean_kl = distributed.all_reduce_mean_(torch.stack(epoch_kl).mean()) if epoch_kl else None
-                    group.scheduler.step(mean_kl.item() if mean_kl is not None else None)
-                else:
-                    group.scheduler.step()
-            if stop:
-                break
+            agent_updates = [n + e for n, e in zip(agent_updates, epoch_steps, strict=True)]
+            # the scheduler steps once per epoch, as skrl's, also after a KL stop before any step; with mixed precision
+            # not for an agent all of whose steps of the epoch the grad scaler skipped (inf/NaN gradients: no training)
+            if schedulers:
+                counted = [True] * K
+                if steps_before is not None:
+                    taken = [now - before for now, before in zip(group.optimizer_steps(), steps_before, strict=True)]
+                    counted = [n == 0 or t > 0 for n, t in zip(epoch_steps, taken, strict=True)]
+                mean_kl = None
+                if any(isinstance(scheduler, KLAdaptiveLR) for scheduler in schedulers):  # each agent's, over ranks
+                    kls, weights = (torch.stack(column) for column in zip(*epoch_kl, strict=True))
+                    mean_kl = distributed.all_reduce_mean_((kls * weights).sum(0) / weights.sum(0)).tolist()
+                for k, scheduler in enumerate(schedulers):
+                    if counted[k] and isinstance(scheduler, KLAdaptiveLR):
+                        scheduler.step(mean_kl[k])
+                    elif counted[k]:
+                        scheduler.step()
 
-        # tracking: one host read per update, the mean per-agent losses and statistics of its mini-batches
-        means = {name: (total / max(updates, 1)).tolist() for name, total in stats.items()}
+        # tracking: one host read per update, the mean per-agent losses and statistics of the steps each agent took
+        agent_updates = agent_updates if group.batched else agent_updates * G
+        means = {n: [v / max(c, 1) for v, c in zip(t.tolist(), agent_updates, strict=True)] for n, t in stats.items()}
         explained = explained.tolist()
-        learning_rate = group.optimizer.param_groups[0]["lr"]
+        param_groups = group.optimizer.agent_param_groups if group.batched else [group.optimizer.param_groups] * G
         normal = isinstance(group.policy.distribution(role="policy"), torch.distributions.Normal)
         for i, uid in enumerate(group.uids):
             self.track_data(f"Loss / Policy loss ({uid})", means["objective"][i])
@@ -839,7 +932,7 @@ class OnPolicyAgent(GroupedMultiAgent):
             if normal:
                 self.track_data(f"Policy / Standard deviation ({uid})", means["std"][i])
             self.track_data(f"Value / Explained variance ({uid})", explained[i])
-            self.track_data(f"Learning / Learning rate ({uid})", learning_rate)
+            self.track_data(f"Learning / Learning rate ({uid})", param_groups[i][0]["lr"])
         self.track_data("Learning / Updates per rollout", updates)
         return data
 

@@ -59,9 +59,10 @@ class OnPolicyCfg(MarlCfg):
 
     learning_rate_scheduler: type | tuple[type | None, type | None] | None | dict = None
     """Learning rate scheduler class (per agent), e.g. skrl's ``KLAdaptiveLR`` or any ``torch.optim.lr_scheduler``
-    class, stepped once per learning epoch (as skrl does). ``KLAdaptiveLR`` receives the epoch's mean approximate KL,
-    averaged over ranks. A pair is accepted for skrl compatibility when both entries are the same class or the second
-    is None (one optimiser per group serves both models)."""
+    class, stepped once per learning epoch (as skrl does; with mixed precision not after an epoch whose steps the grad
+    scaler all skipped). ``KLAdaptiveLR`` receives the epoch's mean approximate KL, averaged over ranks (each agent of a
+    batched group its own). A pair is accepted for skrl compatibility when both entries are the same class or the
+    second is None (one optimiser per group serves both models)."""
 
     learning_rate_scheduler_kwargs: dict | tuple[dict, dict] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the scheduler (without ``optimizer``), or a per-agent dict of them."""
@@ -128,8 +129,10 @@ class OnPolicyCfg(MarlCfg):
     """Value loss coefficient (per agent); the value loss is a squared error (no 1/2), as in skrl."""
 
     kl_threshold: float | dict[str, float] = 0.0
-    """Early stopping (per agent): when a mini-batch's approximate KL (averaged over ranks) exceeds this, the rest of
-    the update is skipped, all remaining epochs included. ``0`` disables it (and its one host sync per mini-batch)."""
+    """Early stopping (per agent): when a mini-batch's approximate KL (averaged over ranks) exceeds this, the agent
+    takes no more steps in that epoch and the next epoch tries again, as in skrl; that KL counts in the epoch's mean
+    for ``KLAdaptiveLR``. Each agent of a batched group stops on its own KL. ``0`` disables it (and its one host sync
+    per mini-batch)."""
 
     time_limit_bootstrap: bool | dict[str, bool] = False
     """At truncated steps, bootstrap from ``gamma * V(final observation)`` and cut the GAE recursion (per agent):
@@ -158,8 +161,9 @@ class OnPolicyCfg(MarlCfg):
     """*New.* Run agents that have models of their own (same class and shapes) as one ``torch.func`` batch, each
     keeping its own loss, statistics, gradient clip and checkpoint entries, instead of one after the other as skrl
     does. ``"auto"``: batched on a GPU; on a CPU only where at least 4 agents have models alike and no layer is wider
-    than 128 units, where batching is not slower than the loop. True / False force either. See the MAPPO page,
-    "Agents with models of their own"."""
+    than 128 units (a GRU's or LSTM's hidden size), where batching is not slower than the loop. True / False force
+    either. Recurrent models batch where they run under ``torch.vmap`` (a dry run decides; see Recurrent models). See
+    the MAPPO page, "Agents with models of their own"."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:

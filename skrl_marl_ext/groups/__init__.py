@@ -147,6 +147,15 @@ class AgentGroup:
             return preprocessor(x, inverse=True)
         return preprocessor(x.reshape(-1, x.shape[-1])).view(x.shape)
 
+    def common_preprocessor(self, kind: str) -> Callable | None:
+        """The ``<kind>_preprocessor`` as one preprocessor of all the agents, for an input they share (agent dimension
+        of size 1) to be preprocessed once: a batched group's where every agent's statistics are the same (one host
+        read), else None; the group's one preprocessor otherwise."""
+        preprocessor = getattr(self, f"{kind}_preprocessor")
+        if isinstance(preprocessor, StackedPreprocessor):
+            return preprocessor.modules[0] if preprocessor.same_for_all() else None
+        return preprocessor
+
     def update_statistics(self, kind: str, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
         """Fold the unmasked rows of ``x`` (agents along ``agent_dim``) into the ``<kind>_preprocessor``'s
         statistics: each agent's own in a batched group, all rows into one otherwise."""

@@ -5,7 +5,9 @@ model role is one :class:`StackedModel`, whose parameters are the ``G`` agents' 
 leaf tensors, and one call of it runs all ``G`` agents (``torch.vmap`` of the first model's ``compute`` with one
 agent's parameters swapped in, as ``torch.func.functional_call`` does). The number of tensor operations per call, and
 so the kernel launches on a GPU, does not grow with ``G``. Roles that a step calls together (a PPO step's policy and
-value, MADDPG's twin critics) run in one map (:func:`act_together`).
+value, MADDPG's twin critics) run in one map (:func:`act_together`). Recurrent models batch too, their hidden states
+``(layers, G * n, H)`` mapped agent by agent, where they run under vmap at all (a dry run tells:
+:func:`batching_failure`).
 
 The user's skrl models stay the source of truth: after stacking, each model's parameters and buffers are *views* of
 its slice of the stacked tensors, so an optimiser step on the stacked tensors is seen by the models at once, a
@@ -18,12 +20,14 @@ Random sampling thus stays ordinary torch sampling (``vmap`` cannot sample in pl
 unchanged.
 
 Also here: the per-agent statistics of stacked preprocessors (:class:`StackedPreprocessor`), gradient-norm clipping per
-agent slice (:func:`clip_grad_norm_per_agent_`), the per-agent view of a stacked optimiser's state for checkpoints
+agent slice (:func:`clip_grad_norm_per_agent_`), the Adam of ``G`` agents in one, each with its own learning rate and
+step count (:class:`Adam`, :func:`make_adam`), each agent's view of it for schedulers and checkpoints
 (:class:`AgentOptimizerView`), the rule of which models stack (:func:`stack_signature`) and of when they do by default
-(:func:`batch_by_default`), and the fused Adam that steps transposed weights (:func:`make_adam`). What this module does beyond torch's public API, so that a torch upgrade is
-its concern alone: it rebinds the ``.data`` of the models' parameters to slices of the stack, swaps ``_parameters`` /
-``_buffers`` entries for one call (:meth:`StackedModules.swapped`), answers a model's ``compute`` on the instance
-for its mixin's ``act``, and overrides ``torch.optim.Adam._init_group`` (:class:`Adam`).
+(:func:`batch_by_default`). What this module does beyond torch's public API, so that a torch upgrade is its concern
+alone: it rebinds the ``.data`` of the models' parameters to slices of the stack, swaps ``_parameters`` / ``_buffers``
+entries for one call (:meth:`StackedModules.swapped`), answers a model's ``compute`` on the instance for its mixin's
+``act``, tells a tensor batched by vmap (:func:`in_vmap`, torch's private ``is_batchedtensor``), steps :class:`Adam` through ``torch.optim.adam.adam`` (the functional form of torch's Adam) and hands its
+agents' views to torch's LR schedulers as optimisers (:class:`AgentOptimizerView`).
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ from packaging import version
 from skrl.models.torch import Model
 from torch import nn
 from torch.optim import optimizer as torch_optimizer
+from torch.optim.adam import adam as adam_step
 
 from skrl_marl_ext.checkpoint import fit_optimizer_state, optimizer_file_state
-from skrl_marl_ext.preprocessors import ValueNorm, fold_sums_, per_agent_sums
+from skrl_marl_ext.preprocessors import ValueNorm, fold_moments_, per_agent_moments
 
 
 def stack_signature(module: nn.Module) -> tuple | None:
@@ -137,44 +142,124 @@ class StackedModules:
         state = {**self.params, **self.buffers}
         return torch.vmap(function, in_dims=(0, *in_dims), out_dims=out_dims)(state, *args)
 
-    @contextlib.contextmanager
-    def swapped(self, state: dict[str, torch.Tensor]) -> Iterator[None]:
+    def swapped(self, state: dict[str, torch.Tensor]) -> contextlib.AbstractContextManager[None]:
         """The first module's parameters and buffers replaced by ``state`` (one agent's, inside the map), every tied
         alias included, and put back after: what ``torch.func.functional_call`` does, written out because that leaves a
         module registered under two names holding the map's tensors after the call (the aliased-module test)."""
-        saved = []
-        try:
-            for name, tensor in state.items():
-                for store, key in self._slots[name]:
-                    saved.append((store, key, store[key]))
-                    store[key] = tensor
-            yield
-        finally:
-            for store, key, tensor in reversed(saved):
+        return _swapped(self._slots, state)
+
+
+@contextlib.contextmanager
+def _swapped(slots: dict[str, list[tuple[dict, str]]], state: dict[str, torch.Tensor]) -> Iterator[None]:
+    """The tensors held in ``slots`` (:func:`_tensor_slots`) replaced by ``state`` by name, and put back after."""
+    saved = []
+    try:
+        for name, tensor in state.items():
+            for store, key in slots[name]:
+                saved.append((store, key, store[key]))
                 store[key] = tensor
+        yield
+    finally:
+        for store, key, tensor in reversed(saved):
+            store[key] = tensor
+
+
+ADAM_SETTINGS = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
+"""The hyperparameters of an Adam parameter group that say what its step computes (each agent's own in :class:`Adam`)."""
 
 
 class Adam(torch.optim.Adam):
-    """``torch.optim.Adam`` that steps a parameter stored transposed (a batched group's linear weights: ``(G, out,
-    in)`` held as ``(G, in, out)`` in memory, see :class:`StackedModules`) through its contiguous transpose, with its
-    gradient and moments: the same elementwise update, which torch's fused CPU kernel runs faster on contiguous
-    tensors. This overrides a private method of torch's Adam (stable since torch 2.0; the tests spy on
-    the fused kernel's inputs). Its state and checkpoints are torch's Adam's, tensor for tensor."""
+    """torch's Adam over stacked ``(G, ...)`` parameters. With ``agents`` (a batched group's optimiser) it is ``G``
+    Adams in one, each agent keeping the optimiser it would have on its own: its own hyperparameters per parameter
+    group (:attr:`agent_param_groups`: its learning rate, which a scheduler adapts through :class:`AgentOptimizerView`),
+    its own step count, and ``step(agents=...)`` leaves agents out, their parameters and state as they are (PPO's KL
+    early stop of one agent). Without, it is torch's Adam, its ``param_groups`` the hyperparameters.
 
-    def _init_group(self, group, params, *lists):
-        result = super()._init_group(group, params, *lists)  # fills the lists: grads, moments, steps
-        for i, param in enumerate(params):
-            if param.dim() >= 2 and not param.is_contiguous() and param.mT.is_contiguous():
-                params[i] = param.mT
-                for tensors in lists:  # the same index of every list (none when empty, e.g. without amsgrad)
-                    if len(tensors) == len(params) and tensors[i].dim() >= 2:
-                        tensors[i] = tensors[i].mT
-        return result
+    When every agent steps, with the same hyperparameters and step counts, one step of torch's kernel updates the
+    stacked tensors (``state["step"]`` holds the one count, as torch's Adam does); otherwise each set of agents alike
+    steps its slices through the same kernel, and ``state["step"]`` holds each agent's count ``(G,)`` from then on.
+    A parameter stored transposed (a batched group's linear weights: ``(G, out, in)`` held as ``(G, in, out)``, see
+    :class:`StackedModules`) is stepped through its contiguous transpose, with its gradient and moments: the same
+    elementwise update, which torch's fused CPU kernel runs faster on contiguous tensors. Checkpoints hold each agent's
+    part in torch's layout (:class:`AgentOptimizerView`).
+
+    :param agents: ``G``, the size of the parameters' first dimension, or None.
+    """
+
+    def __init__(self, params: Any, *, agents: int | None = None, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self.agents = agents
+        self.agent_param_groups: list[list[dict[str, Any]]] | None = None
+        """With ``agents``, each agent's parameter groups: torch's ``param_groups`` as its own optimiser would have
+        them (its hyperparameters; ``params`` are the stacked tensors)."""
+        if agents is not None:
+            self.agent_param_groups = [[dict(group) for group in self.param_groups] for _ in range(agents)]
+
+    def agent_steps(self) -> list[int]:
+        """The steps each agent has taken (one host read)."""
+        for group in self.param_groups:
+            for param in group["params"]:
+                if "step" in self.state.get(param, {}):
+                    return [int(step) for step in self.state[param]["step"].expand(self.agents).tolist()]
+        return [0] * self.agents
+
+    def init_state(self, param: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
+        """``param``'s state, made as torch's Adam makes it at the first step (zero moments, one step count 0)."""
+        state = self.state[param]
+        if not state:
+            on_device = group["fused"] or group["capturable"]  # where torch keeps the count
+            dtype = torch.float32 if group["fused"] else torch.get_default_dtype()
+            state["step"] = torch.zeros((), dtype=dtype, device=param.device if on_device else "cpu")
+            moments = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if group["amsgrad"] else ("exp_avg", "exp_avg_sq")
+            state.update({name: torch.zeros_like(param, memory_format=torch.preserve_format) for name in moments})
+        return state
+
+    @torch.no_grad()
+    def step(self, closure: Any = None, *, agents: Sequence[bool] | None = None) -> Any:
+        """One Adam step of every agent, or of the agents where ``agents`` (``G`` flags) is True."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._opt_called = True  # what torch's LR schedulers check (through each agent's view)
+        owners = self.agent_param_groups or [self.param_groups]  # each agent's groups; without agents, one for all
+        stepping = [i for i in range(len(owners)) if agents is None or agents[i]]
+        for index, group in enumerate(self.param_groups):
+            params = [p for p in group["params"] if p.grad is not None]
+            states = [self.init_state(p, group) for p in params]
+            settings = [tuple(groups[index][k] for k in ADAM_SETTINGS) for groups in owners]
+            if len(stepping) == len(owners) and len(set(settings)) == 1 and all(s["step"].dim() == 0 for s in states):
+                self._adam(group, settings[0], params, states, [slice(None)])  # torch's step, on the stacked tensors
+                continue
+            for state in states:  # each agent's count from now on
+                state["step"] = state["step"].expand(self.agents).clone() if state["step"].dim() == 0 else state["step"]
+            for setting in dict.fromkeys(settings[i] for i in stepping):  # each set of agents alike
+                self._adam(group, setting, params, states, [i for i in stepping if settings[i] == setting])
+        return loss
+
+    def _adam(self, group: dict, setting: tuple, params: list, states: list, rows: list) -> None:
+        """torch's Adam step (``torch.optim.adam.adam``, its functional form) with ``setting`` on the ``rows`` of every
+        parameter of ``group``: agent slices, or ``[slice(None)]`` for the stacked tensors."""
+        tensors: list[list[torch.Tensor]] = [[], [], [], [], [], []]  # params, grads, moments, max moments, steps
+        for param, state in zip(params, states, strict=True):
+            own = (param, param.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"))
+            for row in rows:
+                flip = param[row].dim() >= 2 and not param[row].is_contiguous()  # stored transposed: its contiguous .mT
+                for out, tensor in zip(tensors, own, strict=False):
+                    if tensor is not None:
+                        out.append(tensor[row].mT if flip else tensor[row])
+                tensors[5].append(state["step"][row] if state["step"].dim() else state["step"])
+        hyper = dict(zip(ADAM_SETTINGS, setting, strict=True))
+        beta1, beta2 = hyper.pop("betas")
+        flags = {flag: group[flag] for flag in ("foreach", "capturable", "differentiable", "fused")}
+        scaler = {"grad_scale": getattr(self, "grad_scale", None), "found_inf": getattr(self, "found_inf", None)}
+        adam_step(*tensors, beta1=beta1, beta2=beta2, **hyper, **flags, **scaler)  # scaler: set by a GradScaler
 
 
-def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
-    """:class:`Adam` (``torch.optim.Adam(params, **kwargs)``), fused where torch has the fused kernel for every
-    parameter's device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
+def make_adam(params: list, *, agents: int | None = None, **kwargs: Any) -> torch.optim.Adam:
+    """``torch.optim.Adam(params, **kwargs)``: for a batched group's stacked parameters (``agents``: ``G``) or
+    parameters stored transposed, as :class:`Adam`; fused where torch has the fused kernel for every parameter's
+    device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
 
     The same update as skrl's ``torch.optim.Adam(params, lr=...)`` up to float rounding, in fewer passes over memory:
     the fused kernel reads and writes each parameter, gradient and moment once per step, where ``foreach`` runs
@@ -185,10 +270,12 @@ def make_adam(params: list, **kwargs: Any) -> torch.optim.Adam:
     if version.parse(torch.__version__) < version.parse("2.4"):
         supported = [d for d in supported if d != "cpu"]  # pragma: no cover - old torch: no CPU kernel
     fused = all(p.device.type in supported and p.dtype.is_floating_point for p in tensors)
-    # torch's own Adam unless a parameter is stored transposed (a batched group's linear weights, see _stack)
+    flags = {"fused": True} if fused else {"foreach": True}
+    # our Adam for a batched group, or where a parameter is stored transposed (a batched group's linear weights)
     transposed = any(not nn.parameter.is_lazy(p) and p.dim() >= 2 and not p.is_contiguous() for p in tensors)
-    cls = Adam if transposed else torch.optim.Adam
-    return cls(params, **kwargs, **({"fused": True} if fused else {"foreach": True}))
+    if agents is None and not transposed:
+        return torch.optim.Adam(params, **kwargs, **flags)
+    return Adam(params, agents=agents, **kwargs, **flags)
 
 
 class StackedModel(StackedModules):
@@ -211,33 +298,30 @@ def act_together(
     map, on the ``(G * n, ...)`` outputs through the first agent's model, in the order of ``calls`` (sampling draws
     from the generator in that order, as separate calls would).
 
-    :param calls: ``(model, inputs, role)``, every tensor of ``inputs`` ``(G, n, ...)``.
-    :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them (rows ``(G * n, ...)``).
+    :param calls: ``(model, inputs, role)``, every tensor of ``inputs`` ``(G, n, ...)``; a recurrent model's hidden
+        states ``inputs["rnn"]`` (skrl's RNN convention) ``(layers, G * n, H)`` each, as one model of all rows takes them.
+    :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them (rows ``(G * n, ...)``;
+        hidden states ``outputs["rnn"]`` ``(layers, G * n, H)``).
     """
-    tensors = [{k: v for k, v in inputs.items() if torch.is_tensor(v)} for _, inputs, _ in calls]
-    statics = [{k: v for k, v in inputs.items() if not torch.is_tensor(v)} for _, inputs, _ in calls]
+    mapped = [_agent_inputs(inputs, model.size) for model, inputs, _ in calls]
 
     def compute(states, rows):  # one agent's networks, inside the map
         results = []
-        for (model, _, role), state, batch, static in zip(calls, states, rows, statics, strict=True):
+        for (model, _, role), state, batch, (_, static) in zip(calls, states, rows, mapped, strict=True):
             with model.swapped(state):
-                output, outputs = model.base.compute({**static, **batch}, role)
-            # outputs that do not depend on the rows (e.g. a log-std parameter) are broadcast to them, so that every
-            # output of the map stacks agent by agent into (G * n, ...) rows
-            outputs = {
-                k: v.expand(*output.shape[: output.dim() - v.dim()], *v.shape) if v.dim() < output.dim() else v
-                for k, v in outputs.items()
-                if torch.is_tensor(v)
-            }
-            results.append((output, outputs))
+                results.append(_agent_outputs(*model.base.compute({**static, **batch}, role)))
         return results
 
     states = [{**model.params, **model.buffers} for model, _, _ in calls]
     results = []
-    for (model, inputs, role), (output, outputs) in zip(calls, torch.vmap(compute)(states, tensors), strict=True):
+    per_agent = torch.vmap(compute)(states, [agent_inputs for agent_inputs, _ in mapped])
+    for (model, inputs, role), (output, outputs) in zip(calls, per_agent, strict=True):
         # the mixin's act through the first agent's model, its compute answered by the map's (G, n, ...) result
         output = output.reshape(-1, *output.shape[2:])
+        hidden = outputs.pop(RNN_KEY, None)
         outputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in outputs.items()}
+        if hidden is not None:  # recurrent: (G, layers, n, H) -> (layers, G * n, H)
+            outputs[RNN_KEY] = [h.transpose(0, 1).reshape(h.shape[1], -1, h.shape[-1]) for h in hidden]
         base = model.base
         own = base.__dict__.get("compute")  # a compute set on the instance (e.g. a wrapper) is put back
         base.compute = lambda _inputs, _role="", output=output, outputs=outputs: (output, dict(outputs))
@@ -251,6 +335,37 @@ def act_together(
     return results
 
 
+RNN_KEY = "rnn"
+"""skrl's RNN convention: the hidden states of a recurrent model, a list of ``(layers, rows, H)`` tensors in its inputs
+and outputs."""
+
+
+def _agent_inputs(inputs: dict[str, Any], size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(mapped, static)``: the inputs the map takes agent by agent, every tensor ``(G, n, ...)`` and the hidden states
+    ``(layers, G * n, H)`` as ``(G, layers, n, H)``, and the other values, the same for every agent (the mapped
+    hidden states take the place of ``static["rnn"]`` in the model's inputs)."""
+    mapped = {k: v for k, v in inputs.items() if torch.is_tensor(v)}
+    static = {k: v for k, v in inputs.items() if not torch.is_tensor(v)}
+    if inputs.get(RNN_KEY) is not None:  # recurrent
+        hidden = [h.view(h.shape[0], size, -1, h.shape[-1]).transpose(0, 1).contiguous() for h in inputs[RNN_KEY]]
+        mapped[RNN_KEY] = hidden
+    return mapped, static
+
+
+def _agent_outputs(output: torch.Tensor, outputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """One agent's ``compute`` result as the map gives it back: its tensors, those that do not depend on the rows (e.g.
+    a log-std parameter) broadcast to them, so that every output stacks agent by agent into ``(G * n, ...)`` rows; a
+    recurrent model's hidden states."""
+    tensors = {
+        k: v.expand(*output.shape[: output.dim() - v.dim()], *v.shape) if v.dim() < output.dim() else v
+        for k, v in outputs.items()
+        if torch.is_tensor(v)
+    }
+    if outputs.get(RNN_KEY) is not None:  # recurrent
+        tensors[RNN_KEY] = list(outputs[RNN_KEY])
+    return output, tensors
+
+
 def _rows(value: Any) -> Any:
     """A ``(G, n, ...)`` input as the mixins' rows ``(G * n, ...)`` where that is a view; an expanded one (a state
     shared by the agents, which the mixins do not read) as it is, not copied."""
@@ -259,10 +374,53 @@ def _rows(value: Any) -> Any:
     return value.reshape(-1, *value.shape[2:])
 
 
+def batching_failure(model: nn.Module, role: str, runs: Sequence[tuple[bool, dict[str, Any]]]) -> str | None:
+    """Why agents with models like ``model`` cannot run as one batch (the error of a dry run), or None when they can:
+    ``model.compute`` on each ``(training, inputs)`` of ``runs`` (inputs as :func:`act_together` takes them, for two
+    agents) under ``torch.vmap`` over two copies of its parameters and buffers, as a batched group runs it. E.g. a
+    skrl-style recurrent model that calls ``nn.GRU`` (no batching rule) or branches on its inputs (``if
+    terminated.any()``) cannot.
+
+    It leaves nothing behind: no gradients, the model's own tensors and modes are put back, in-place writes go to the
+    copies, and vmap refuses a random operation before it draws.
+    """
+    named = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    state = {name: torch.stack([t.detach()] * 2) for name, t in named.items()}
+    slots, modes = _tensor_slots(model), [(m, m.training) for m in model.modules()]
+
+    def compute(state, rows, static):
+        with _swapped(slots, state):
+            return _agent_outputs(*model.compute({**static, **rows}, role))
+
+    try:
+        with torch.no_grad():
+            for training, inputs in runs:
+                model.train(training)
+                mapped, static = _agent_inputs(inputs, 2)
+                torch.vmap(compute, in_dims=(0, 0, None))(state, mapped, static)
+    except Exception as error:  # whatever the model raised under vmap: the reason it does not batch
+        return f"{type(error).__name__}: {error}".strip()
+    finally:
+        for module, training in modes:
+            module.training = training
+    return None
+
+
+def in_vmap(*tensors: torch.Tensor | None) -> bool:
+    """Whether any of ``tensors`` is batched by an enclosing ``torch.vmap`` (for a model that has a faster path which
+    vmap cannot batch, e.g. :class:`~skrl_marl_ext.models.RecurrentCore`). torch has no public test of this; without
+    its private one, True (the path vmap batches is right everywhere)."""
+    is_batched = getattr(getattr(torch._C, "_functorch", None), "is_batchedtensor", None)
+    if is_batched is None:  # pragma: no cover - a torch without it
+        return True
+    return any(t is not None and is_batched(t) for t in tensors)
+
+
 CPU_MIN_AGENTS = 4
 """``batch_agent_models="auto"`` on a CPU: the fewest agents alike (see :func:`batch_by_default`) that batch."""
 CPU_MAX_WIDTH = 128
-"""``batch_agent_models="auto"`` on a CPU: the widest layer (output features of a weight) that batches."""
+"""``batch_agent_models="auto"`` on a CPU: the widest layer (output features of a weight; the hidden size of a GRU or
+LSTM, whose weights stack 3 or 4 gates of it) that batches."""
 
 
 def batch_by_default(models: dict[str, dict[str, nn.Module]], uid: str, *, roles: Sequence[str], device: Any) -> bool:
@@ -291,8 +449,15 @@ def batch_by_default(models: dict[str, dict[str, nn.Module]], uid: str, *, roles
     if own is None:
         return False
     alike = {id(models[u][roles[0]]) for u in models if shapes(u) == own}
-    widest = max((p.shape[0] for r in roles for p in models[uid][r].parameters() if p.dim() >= 2), default=0)
+    widest = max((_width(m) for r in roles for m in models[uid][r].modules()), default=0)
     return len(alike) >= CPU_MIN_AGENTS and widest <= CPU_MAX_WIDTH
+
+
+def _width(module: nn.Module) -> int:
+    """The output features of ``module``'s own widest weight; a GRU's or LSTM's hidden size."""
+    if isinstance(module, nn.RNNBase):
+        return module.hidden_size
+    return max((p.shape[0] for p in module.parameters(recurse=False) if p.dim() >= 2), default=0)
 
 
 STACKABLE_PREPROCESSORS = (ValueNorm,)
@@ -330,22 +495,24 @@ class StackedPreprocessor(StackedModules):
 
         return self.vmap(forward, x, in_dims=(agent_dim,), out_dims=agent_dim)
 
+    def same_for_all(self) -> bool:
+        """Whether every agent's statistics are the same (one host read): then any agent's preprocessor gives what each
+        agent's would."""
+        return bool(torch.stack([(t == t[:1]).all() for t in self.buffers.values()]).all())
+
     @torch.no_grad()
     def update(self, x: torch.Tensor, mask: torch.Tensor | None, *, agent_dim: int) -> None:
         """Fold each agent's unmasked rows of ``x`` (agents along ``agent_dim``; size 1: the same rows for all) into
-        its own statistics, summed over ranks."""
-        G = self.size
-        x = x.movedim(agent_dim, 0)
-        x = x.expand(G, *x.shape[1:]).reshape(G, -1, x.shape[-1])
-        if mask is not None:
-            mask = mask.movedim(agent_dim, 0)
-            mask = mask.expand(G, *mask.shape[1:]).reshape(G, -1, 1)
-        fold_sums_(_Stack(self), *per_agent_sums(x, mask))
+        its own statistics, summed over ranks (:func:`~skrl_marl_ext.preprocessors.per_agent_moments`: a shared ``x``
+        is not expanded to the agents)."""
+        shift = self.buffers.get("running_mean")
+        moments = per_agent_moments(x, mask, agents=self.size, agent_dim=agent_dim, shift=shift)
+        fold_moments_(_Stack(self), *moments)
 
 
 class _Stack:
     """The stacked buffers of ``G`` preprocessors by name, counts shaped ``(G, 1)`` (views of the stack), with the
-    modules' settings: what :func:`~skrl_marl_ext.preprocessors.fold_sums_` updates in place."""
+    modules' settings: what :func:`~skrl_marl_ext.preprocessors.fold_moments_` updates in place."""
 
     def __init__(self, stacked: StackedPreprocessor) -> None:
         for name, tensor in stacked.buffers.items():
@@ -391,44 +558,76 @@ def clip_grad_norm_per_agent_(
     return total
 
 
-class AgentOptimizerView:
-    """Agent ``index``'s part of a batched group's optimiser, with the state dict of the optimiser that agent would
-    have on its own (each tensor of the state sliced at ``index``), so that checkpoints keep the per-agent layout and
-    load into either form. It is written in skrl's layout where it can be (one parameter group, see
-    :func:`~skrl_marl_ext.checkpoint.optimizer_file_state`) and loads from either layout."""
+class AgentOptimizerView(torch.optim.Optimizer):
+    """Agent ``index``'s part of a batched group's optimiser, as the optimiser that agent would have on its own: its
+    parameter groups (of an :class:`Adam`, the agent's own hyperparameters, so that a learning rate scheduler built on
+    the view adapts that agent's rate alone) and its state dict (each tensor of the state sliced at ``index``), so
+    that checkpoints keep the per-agent layout and load into either form. It is written in skrl's layout where it can
+    be (one parameter group, see :func:`~skrl_marl_ext.checkpoint.optimizer_file_state`) and loads from either layout.
+    It holds no parameters and takes no step of its own: the group's optimiser steps every agent."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, index: int) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, index: int) -> None:  # a view: not Optimizer.__init__
         self.optimizer, self.index = optimizer, index
+        self.defaults = optimizer.defaults
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        agent_param_groups = getattr(self.optimizer, "agent_param_groups", None)
+        return self.optimizer.param_groups if agent_param_groups is None else agent_param_groups[self.index]
+
+    @property
+    def _opt_called(self) -> bool:
+        """Whether the group's optimiser has stepped (torch's LR schedulers warn when they step before it)."""
+        return getattr(self.optimizer, "_opt_called", False)
+
+    def step(self, closure: Any = None) -> None:
+        raise RuntimeError(f"{type(self).__name__} takes no step: step the group's optimiser, which steps every agent")
+
+    def __getstate__(self) -> dict[str, Any]:  # a view's own attributes (torch's Optimizer pickles its state)
+        return self.__dict__
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def _slice(self, value: Any) -> Any:
         stacked = torch.is_tensor(value) and value.dim() > 0
         return value[self.index].clone() if stacked else value
 
     def state_dict(self) -> dict[str, Any]:
-        full = self.optimizer.state_dict()
-        state = {k: {name: self._slice(v) for name, v in s.items()} for k, s in full["state"].items()}
-        return optimizer_file_state({"state": state, "param_groups": full["param_groups"]})
+        optimizer, ids, groups, state = self.optimizer, {}, [], {}
+        for own, group in zip(self.param_groups, optimizer.param_groups, strict=True):
+            keys = [ids.setdefault(id(p), len(ids)) for p in group["params"]]  # numbered as torch numbers them
+            groups.append({**{k: v for k, v in own.items() if k != "params"}, "params": keys})
+            for key, param in zip(keys, group["params"], strict=True):
+                if optimizer.state.get(param):
+                    state[key] = {name: self._slice(v) for name, v in optimizer.state[param].items()}
+        return optimizer_file_state({"state": state, "param_groups": groups})
 
     @torch.no_grad()
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         optimizer = self.optimizer
-        groups = fit_optimizer_state(state_dict, optimizer)["param_groups"]
-        for group, saved in zip(optimizer.param_groups, groups, strict=True):
-            group.update({k: v for k, v in saved.items() if k != "params"})
-        # the file's parameter ids -> this optimiser's parameters, group by group (as torch maps them)
+        groups = fit_optimizer_state(state_dict, self)["param_groups"]
+        for own, saved in zip(self.param_groups, groups, strict=True):
+            own.update({k: v for k, v in saved.items() if k != "params"})
+        # the file's parameter ids -> this optimiser's parameters and their groups (as torch maps them)
         params = {
-            key: param
+            key: (param, group)
             for group, saved in zip(optimizer.param_groups, groups, strict=True)
             for key, param in zip(saved["params"], group["params"], strict=True)
         }
+        counts = getattr(optimizer, "agent_param_groups", None) is not None  # each agent's own step count
         on_device = {
             id(p) for g in optimizer.param_groups if g.get("fused") or g.get("capturable") for p in g["params"]
         }
         for key, saved in state_dict["state"].items():
-            param = params[key]
-            state = optimizer.state[param]
+            param, group = params[key]
+            state = optimizer.init_state(param, group) if counts else optimizer.state[param]
             for name, value in saved.items():
-                if torch.is_tensor(value) and value.dim() > 0:
+                if name == "step" and counts:
+                    if state[name].dim() == 0:
+                        state[name] = state[name].expand(optimizer.agents).clone()
+                    state[name][self.index].copy_(torch.as_tensor(value))
+                elif torch.is_tensor(value) and value.dim() > 0:
                     if name not in state:
                         state[name] = torch.zeros_like(param, memory_format=torch.preserve_format)
                     state[name][self.index].copy_(value)
@@ -436,6 +635,8 @@ class AgentOptimizerView:
                     state[name] = value.to(device=param.device, dtype=torch.float32, copy=True)
                 else:
                     state[name] = value.clone() if torch.is_tensor(value) else value
+            if counts and bool((state["step"] == state["step"][0]).all()):  # every agent's count alike: one count
+                state["step"] = state["step"][0].clone()
 
 
 __all__ = [
@@ -446,7 +647,9 @@ __all__ = [
     "StackedModules",
     "StackedPreprocessor",
     "act_together",
+    "batching_failure",
     "clip_grad_norm_per_agent_",
+    "in_vmap",
     "stack_signature",
     "stackable_preprocessor",
 ]

@@ -13,6 +13,10 @@ skrl's recurrent agents (``PPO_RNN``) and this package's MAPPO and IPPO drive a 
 
 Our agents pass ``(layers, G * num_envs, H)`` hidden states for a group of ``G`` agents whatever ``num_envs`` the
 specification names; skrl's single-agent ``PPO_RNN`` allocates from the specification, so set ``num_envs`` for it.
+
+These models also run under ``torch.vmap``, so agents with models of their own run as one batched group
+(:mod:`~skrl_marl_ext.groups.stacked`): there the core computes the cell equations (:func:`recurrent_sequence`), with
+resets as a mask instead of cutting the sequences where episodes end.
 """
 
 from __future__ import annotations
@@ -23,15 +27,83 @@ import gymnasium
 import torch
 from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 from torch import nn
+from torch.nn import functional as F
 
+from skrl_marl_ext.groups.stacked import in_vmap
 from skrl_marl_ext.models.masked_categorical import MaskedCategoricalMixin
 from skrl_marl_ext.models.mlp import _input_size, mlp
 
 CELLS = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 
+def recurrent_sequence(
+    *,
+    cell: Literal["gru", "lstm"],
+    x: torch.Tensor,
+    hidden: list[torch.Tensor],
+    weights: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]],
+    keep: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``nn.GRU`` / ``nn.LSTM`` (batch first, one direction) as the cell equations of their torch documentation, one
+    step after another, in plain tensor operations: ``torch.vmap`` batches them (torch has no batching rule for
+    ``aten::gru`` / ``aten::lstm``), and no control flow depends on the data.
+
+    :param cell: ``"gru"`` or ``"lstm"``.
+    :param x: ``(S, L, input_size)``: ``S`` sequences of ``L`` steps.
+    :param hidden: The hidden states entering the first step, ``[h]`` (GRU) or ``[h, c]`` (LSTM), each ``(layers, S,
+        H)``.
+    :param weights: ``(weight_ih, weight_hh, bias_ih, bias_hh)`` of each layer as the torch module holds them (the
+        gates ``r, z, n`` or ``i, f, g, o`` stacked along the rows).
+    :param keep: ``(S, L)``, 0 after a step where the hidden state is reset (an episode ended) and 1 elsewhere: the
+        hidden states entering step ``t + 1`` are multiplied by ``keep[:, t]``. None: no resets.
+    :return: ``(outputs (S, L, H) of the last layer, hidden states after the last step)``, the latter not reset by
+        ``keep``: what the torch module returns for each piece between resets.
+    """
+    S, L, _ = x.shape
+    if len(hidden) != (2 if cell == "lstm" else 1) or any(tuple(h.shape[:2]) != (len(weights), S) for h in hidden):
+        shapes = [tuple(h.shape) for h in hidden]
+        raise ValueError(
+            f"recurrent_sequence: {cell} hidden states {shapes} do not fit {len(weights)} layers of {S} rows"
+        )
+    if keep is not None and tuple(keep.shape) != (S, L):
+        raise ValueError(f"recurrent_sequence: keep must be (S, L) = {(S, L)}, got {tuple(keep.shape)}")
+    last: list[list[torch.Tensor]] = [[] for _ in hidden]
+    for layer, (weight_ih, weight_hh, bias_ih, bias_hh) in enumerate(weights):
+        h = hidden[0][layer]
+        c = hidden[1][layer] if cell == "lstm" else None
+        inputs = F.linear(x, weight_ih, bias_ih).unbind(1)  # every step's input term at once
+        outputs = []
+        for t in range(L):
+            if t and keep is not None:
+                h = h * keep[:, t - 1 : t]
+                c = c * keep[:, t - 1 : t] if c is not None else None
+            recurrent = F.linear(h, weight_hh, bias_hh)
+            if cell == "gru":
+                x_r, x_z, x_n = inputs[t].chunk(3, dim=-1)
+                h_r, h_z, h_n = recurrent.chunk(3, dim=-1)
+                r, z = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+                n = torch.tanh(x_n + r * h_n)
+                h = n + z * (h - n)  # (1 - z) * n + z * h, as torch computes it
+            else:
+                i, f, g, o = (inputs[t] + recurrent).chunk(4, dim=-1)
+                c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                h = torch.sigmoid(o) * torch.tanh(c)
+            outputs.append(h)
+        x = torch.stack(outputs, dim=1)  # the next layer's input
+        last[0].append(h)
+        if c is not None:
+            last[1].append(c)
+    return x, [torch.stack(states) for states in last]
+
+
 class RecurrentCore(nn.Module):
-    """A GRU or LSTM that runs skrl's two modes: one step per row (acting) or sequences of ``sequence_length``."""
+    """A GRU or LSTM that runs skrl's two modes: one step per row (acting) or sequences of ``sequence_length``.
+
+    Called by itself it runs its ``nn.GRU`` / ``nn.LSTM`` (torch's kernels); inside ``torch.vmap`` (a batched group,
+    :mod:`~skrl_marl_ext.groups.stacked`) it runs :func:`recurrent_sequence` on the same parameters, which vmap
+    batches. Both give the same results (tests/test_recurrent_batched.py); the parameters and their names are the
+    module's either way, so checkpoints do not depend on the path.
+    """
 
     def __init__(
         self,
@@ -69,24 +141,27 @@ class RecurrentCore(nn.Module):
 
         :param sequences: Whether rows are whole sequences (training) rather than one step each (acting).
         """
-        if not sequences:
-            out, new = self.rnn(x.unsqueeze(1), self._pack(hidden))
-            return out.squeeze(1), self._unpack(new)
-        L = self.sequence_length
-        x = x.view(-1, L, x.shape[-1])  # (sequences, L, size)
-        # each sequence starts from the hidden state stored at its first step
-        h = [s.view(s.shape[0], -1, L, s.shape[-1])[:, :, 0].contiguous() for s in hidden]
-        if terminated is None or not bool(terminated.any()):
-            out, new = self.rnn(x, self._pack(h))
+        L = self.sequence_length if sequences else 1
+        x = x.reshape(-1, L, x.shape[-1])  # (sequences, L, size)
+        if sequences:  # each sequence starts from the hidden state stored at its first step
+            hidden = [s.view(s.shape[0], -1, L, s.shape[-1])[:, :, 0].contiguous() for s in hidden]
+        if in_vmap(x, *hidden, self.rnn.weight_ih_l0):  # a batched group: the cell equations, resets as a mask
+            names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            weights = [tuple(getattr(self.rnn, f"{n}_l{k}", None) for n in names) for k in range(self.num_layers)]
+            keep = (~terminated.view(-1, L).bool()).to(x.dtype) if sequences and terminated is not None else None
+            out, new = recurrent_sequence(cell=self.cell, x=x, hidden=hidden, weights=weights, keep=keep)
+            return out.reshape(-1, out.shape[-1]), new
+        if not sequences or terminated is None or not bool(terminated.any()):
+            out, new = self.rnn(x, self._pack(hidden))
             return out.reshape(-1, out.shape[-1]), self._unpack(new)
         # the hidden state was reset after the steps where an episode ended: run the pieces between such steps
         ended = terminated.view(-1, L).bool()
         cuts = [0, *(ended[:, :-1].any(dim=0).nonzero().flatten() + 1).tolist(), L]
         outs = []
         for start, stop in zip(cuts[:-1], cuts[1:], strict=False):
-            out, new = self.rnn(x[:, start:stop], self._pack(h))
+            out, new = self.rnn(x[:, start:stop], self._pack(hidden))
             keep = (~ended[:, stop - 1]).to(out.dtype).view(1, -1, 1)
-            h = [s * keep.to(s.dtype) for s in self._unpack(new)]
+            hidden = [s * keep.to(s.dtype) for s in self._unpack(new)]
             outs.append(out)
         out = torch.cat(outs, dim=1)
         return out.reshape(-1, out.shape[-1]), self._unpack(new)

@@ -29,8 +29,9 @@ def first_non_finite(
     :return: ``(tensor name, who, step, env)`` at the earliest step, then the first of ``names``, then the first set;
         ``who`` is ``"agent '<name>'"``, or ``"all agents"`` for a tensor the set's agents share.
     """
-    checked = [tensors[name].reshape(-1) for tensors, _ in sets for name in names if name in tensors]
-    if not checked or bool(torch.isfinite(torch.cat(checked)).all()):
+    # each tensor's extremes (max and min carry a NaN, an inf is one of them): no copy of a rollout
+    checked = [tensors[name] for tensors, _ in sets for name in names if name in tensors and tensors[name].numel()]
+    if not checked or bool(torch.isfinite(torch.stack([e for t in checked for e in (t.amax(), t.amin())])).all()):
         return None
     offences = []
     for index, (tensors, uids) in enumerate(sets):
