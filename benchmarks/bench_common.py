@@ -34,6 +34,8 @@ class TrainCfg:
     learning_rate: float = 3e-4
     hidden: tuple[int, ...] = (256, 256)
     activation: str = "tanh"
+    kl_threshold: float = 0.0
+    """With a value above 0: skrl's ``KLAdaptiveLR`` with this ``kl_threshold`` (Isaac Lab's configs: 0.008)."""
 
 
 def make_env(spec: str, *, num_envs: int, agents: int | None, device: str, seed: int = 0):
@@ -98,12 +100,18 @@ def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed
         "mini_batches": cfg.minibatches,
         "learning_rate": cfg.learning_rate,
     }
+    scheduler_kwargs = {"kl_threshold": cfg.kl_threshold} if cfg.kl_threshold else {}
+    if cfg.kl_threshold:
+        from skrl.resources.schedulers.torch import KLAdaptiveLR
+
+        common["learning_rate_scheduler"] = KLAdaptiveLR
     if algo.startswith("ours"):
         from skrl_marl_ext import HAPPO, IPPO, MAPPO
 
         cls = {"ours-mappo": MAPPO, "ours-ippo": IPPO, "ours-happo": HAPPO}[algo]
         quiet = {"experiment": {"write_interval": 0, "checkpoint_interval": 0}}
-        return cls(cfg={**common, **quiet, **(ours_cfg or {})}, **spaces)
+        ours = {**common, "learning_rate_scheduler_kwargs": scheduler_kwargs, **quiet, **(ours_cfg or {})}
+        return cls(cfg=ours, **spaces)
     if algo == "skrl-mappo":
         from skrl.multi_agents.torch.mappo import MAPPO as cls
         from skrl.multi_agents.torch.mappo import MAPPO_CFG as cfg_cls
@@ -117,7 +125,7 @@ def make_agent(algo: str, env, *, shared: bool, cfg: TrainCfg, device: str, seed
     uids = env.possible_agents
     # skrl 2.1.1's cfg.expand rejects the empty-dict defaults of the *_kwargs fields: give them per agent
     per_agent = {
-        name: {uid: {} for uid in uids}
+        name: {uid: dict(scheduler_kwargs) if name == "learning_rate_scheduler_kwargs" else {} for uid in uids}
         for name in (
             "learning_rate_scheduler_kwargs",
             "observation_preprocessor_kwargs",

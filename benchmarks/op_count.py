@@ -37,7 +37,7 @@ gives ops per env step, ``total / (2 * rollouts)``. Variants:
 
 - ``skrl-per-agent``: skrl's ``skrl.multi_agents.torch.mappo.MAPPO`` (or ``ippo.IPPO``), a model pair per agent;
 - ``ours-per-agent``: ``skrl_marl_ext.MAPPO``/``IPPO``, a model pair per agent, default config (per-agent models
-  batched into one ``torch.func`` call where the code supports it, see ``batch_agent_models``);
+  batched into one ``torch.func`` call (``batch_agent_models=True``, the GPU default), see ``batch_agent_models``);
 - ``ours-per-agent-loop``: the same with ``cfg["batch_agent_models"] = False`` (per-agent models called one by one);
   skipped, with a note, where ``OnPolicyCfg`` has no ``batch_agent_models`` field;
 - ``ours-shared``: ours, one model pair shared by all agents.
@@ -93,6 +93,8 @@ NO_SKRL = frozenset({"maddpg", "happo"})
 NO_SKRL_BASELINE = "ours-per-agent-loop"
 LOOP_CFG = {"batch_agent_models": False}
 """Config of ``ours-per-agent-loop`` on top of the default."""
+BATCHED_CFG = {"batch_agent_models": True}
+"""Config of ``ours-per-agent``: batched, as ``"auto"`` decides off the CPU (on a CPU it keeps wide models apart)."""
 EXTRA_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
 """Ops counted as views although their schema does not say so."""
 
@@ -165,11 +167,19 @@ def build(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg):
             device=args.device,
             cfg={"learning_starts": args.learning_starts},
         )
-    env = make_null_env(num_envs=args.num_envs, num_agents=num_agents, obs_size=args.obs_size, device=args.device)
+    env = make_null_env(
+        num_envs=args.num_envs,
+        num_agents=num_agents,
+        obs_size=args.obs_size,
+        action_size=args.action_size,
+        device=args.device,
+    )
     owner = variant.split("-", 1)[0]
     kwargs = {"shared": variant == "ours-shared", "cfg": cfg, "device": args.device}
     if variant == "ours-per-agent-loop":
         kwargs["ours_cfg"] = LOOP_CFG
+    elif variant == "ours-per-agent":
+        kwargs["ours_cfg"] = BATCHED_CFG
     return make_agent(f"{owner}-{algo}", env, **kwargs), env
 
 
@@ -249,7 +259,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
     parser.add_argument("--num-envs", type=int, default=64, help="envs stepped as one batch")
     parser.add_argument("--obs-size", type=int, default=16, help="null env observation size per agent")
-    parser.add_argument("--hidden", default="64,64", help="hidden layer widths of every MLP (tanh)")
+    parser.add_argument("--hidden", default="64,64", help="hidden layer widths of every MLP")
+    parser.add_argument("--activation", default="tanh", help="the MLPs' activation (e.g. elu, Isaac Lab's)")
+    parser.add_argument("--action-size", type=int, default=2, help="null env action size per agent")
+    parser.add_argument(
+        "--kl-threshold",
+        type=float,
+        default=0.0,
+        help="above 0: KLAdaptiveLR with this kl_threshold (Isaac Lab: 0.008)",
+    )
     parser.add_argument("--rollouts", type=int, default=16, help="env steps per update")
     parser.add_argument("--epochs", type=int, default=4, help="learning epochs per update")
     parser.add_argument("--mini-batches", type=int, default=4, help="mini-batches per epoch")
@@ -288,7 +306,14 @@ def step_counts(args) -> tuple[int, int]:
 
 def run_counts(args) -> list[Count]:
     """Count every variant of ``args.variants`` at every agent count."""
-    cfg = TrainCfg(rollouts=args.rollouts, epochs=args.epochs, minibatches=args.mini_batches, hidden=args.hidden)
+    cfg = TrainCfg(
+        rollouts=args.rollouts,
+        epochs=args.epochs,
+        minibatches=args.mini_batches,
+        hidden=args.hidden,
+        activation=args.activation,
+        kl_threshold=args.kl_threshold,
+    )
     warmup, counted = step_counts(args)
     counts = []
     for num_agents in args.agents:
@@ -385,9 +410,11 @@ def setting(args) -> str:
             f"step {args.learning_starts}, {common}; ratios to {NO_SKRL_BASELINE} (skrl has no MADDPG)"
         )
     return (
-        f"null env (obs {args.obs_size}, state {args.obs_size} x agents), {args.algo}, {args.num_envs} envs, MLP "
-        f"{args.hidden} tanh, rollouts {args.rollouts}, {args.epochs} epochs x {args.mini_batches} mini-batches, "
-        f"{common}"
+        f"null env (obs {args.obs_size}, state {args.obs_size} x agents, action {args.action_size}), {args.algo}, "
+        f"{args.num_envs} envs, MLP {args.hidden} {args.activation}, rollouts {args.rollouts}, {args.epochs} epochs x "
+        f"{args.mini_batches} mini-batches"
+        + (f", KLAdaptiveLR (kl_threshold {args.kl_threshold})" if args.kl_threshold else "")
+        + f", {common}"
     )
 
 
