@@ -12,8 +12,8 @@ import warnings
 import pytest
 import torch
 from helpers import QUIET, drive, make_agent, make_models, one_thread, params, spread  # noqa: F401
+from resume_helpers import all_params, restore_on_reset, train, train_until_checkpoint
 from skrl.resources.preprocessors.torch import RunningStandardScaler
-from test_reliability import _all_params, _restore_on_reset, _train, _train_until_checkpoint
 
 from skrl_marl_ext import HAPPO, HAPPO_CFG, MAPPO, ValueNorm, cli, functional
 from skrl_marl_ext.algorithms import happo as happo_module
@@ -90,10 +90,10 @@ def test_one_agent_update_equals_mappo():
         torch.manual_seed(0)
         env = spread(num_envs=4, num_agents=1, seed=1)
         agent = build(env, make_models(env))
-        initial = _all_params(agent)
+        initial = all_params(agent)
         torch.manual_seed(1)
         drive(agent, env, 32)  # two updates of 16 steps
-        results.append(_all_params(agent))
+        results.append(all_params(agent))
         assert not torch.equal(initial, results[-1])
     mappo, happo = results
     torch.testing.assert_close(happo, mappo, rtol=0, atol=1e-6)
@@ -246,7 +246,7 @@ def test_shared_group_is_updated_as_mappo_would(monkeypatch):
             agent = make_happo(env, models=models) if algo == "happo" else make_agent(env, "mappo", models=models)
         torch.manual_seed(1)
         drive(agent, env, 32)
-        results.append(_all_params(agent))
+        results.append(all_params(agent))
     torch.testing.assert_close(results[1], results[0], rtol=0, atol=1e-6)
 
 
@@ -263,7 +263,7 @@ def test_trains_through_skrls_trainer_on_agents_of_different_spaces():
     assert env.observation_spaces["speaker_0"] != env.observation_spaces["listener_0"]
     assert env.action_spaces["speaker_0"] != env.action_spaces["listener_0"]
     before = {uid: params(agent.models[uid]["policy"]) for uid in env.possible_agents}
-    _train(env, agent, 48)  # skrl's SequentialTrainer
+    train(env, agent, 48)  # skrl's SequentialTrainer
     for uid in env.possible_agents:
         assert not torch.equal(before[uid], params(agent.models[uid]["policy"]))
     assert agent.progress.updates == 3
@@ -293,9 +293,9 @@ def test_runner_builds_happo_from_yaml_and_trains():
     agent = runner.agent
     assert type(agent) is HAPPO and agent.cfg.update_order == "fixed"
     assert all(memory.memory_size == 16 for memory in agent.memories.values())
-    before = _all_params(agent)
+    before = all_params(agent)
     runner.run("train")
-    assert not torch.equal(before, _all_params(agent))
+    assert not torch.equal(before, all_params(agent))
 
 
 def test_cli_trains_happo(tmp_path, capsys):
@@ -331,20 +331,20 @@ def _resume(checkpoint, extra_path, *, seed):
     env, agent = _build_resumable(seed=seed)
     agent.load(str(checkpoint))
     extra = torch.load(extra_path, weights_only=False)
-    _restore_on_reset(env, extra["env"])
+    restore_on_reset(env, extra["env"])
     torch.set_rng_state(extra["rng"])
-    _train(env, agent, 16)
+    train(env, agent, 16)
     return agent
 
 
 def test_checkpoint_round_trip_and_resume_continue_the_same_orders(tmp_path):
     env, agent = _build_resumable()
-    _train(env, agent, 32)  # 4 updates
-    uninterrupted = _all_params(agent)
+    train(env, agent, 32)  # 4 updates
+    uninterrupted = all_params(agent)
 
     env, agent = _build_resumable(tmp_path)
     extra = tmp_path / "extra.pt"
-    _train_until_checkpoint(env, agent, 32, stop_at=16, extra_path=extra)
+    train_until_checkpoint(env, agent, 32, stop_at=16, extra_path=extra)
     checkpoint = tmp_path / "run" / "checkpoints" / "agent_16.pt"
     saved = torch.load(checkpoint, weights_only=True)
     assert {uid: saved[uid]["progress"] for uid in saved} == {
@@ -355,20 +355,20 @@ def test_checkpoint_round_trip_and_resume_continue_the_same_orders(tmp_path):
     assert loaded.progress.order_seed == 7
     loaded.load(str(checkpoint))
     assert (loaded.progress.order_seed, loaded.progress.updates) == (0, 2)
-    assert torch.equal(_all_params(loaded), _all_params(agent))
+    assert torch.equal(all_params(loaded), all_params(agent))
 
     resumed = _resume(checkpoint, extra, seed=7)
-    assert torch.equal(_all_params(resumed), uninterrupted)
+    assert torch.equal(all_params(resumed), uninterrupted)
     # the order's seed is what makes it equal: without it the resumed run draws other orders
     for uid in saved:
         del saved[uid]["progress"]["order_seed"]
     torch.save(saved, tmp_path / "no_seed.pt")
     other = _resume(tmp_path / "no_seed.pt", extra, seed=7)
     assert other.progress.order_seed == 7
-    assert not torch.equal(_all_params(other), uninterrupted)
+    assert not torch.equal(all_params(other), uninterrupted)
 
 
-def test_recurrent_models_mixed_precision_and_masks_train(monkeypatch):
+def test_recurrent_models_mixed_precision_and_maskstrain(monkeypatch):
     """The core's features under the sequential update: recurrent policies (the ratio re-evaluated on whole
     sequences), mixed precision, ValueNorm, agent masks; the later agents' advantages are weighted, and finite."""
     from test_recurrent import rnn_models
@@ -378,7 +378,7 @@ def test_recurrent_models_mixed_precision_and_masks_train(monkeypatch):
     cfg = {"rollouts": 8, "learning_epochs": 2, "mini_batches": 2, "mixed_precision": True, "update_order": "fixed"}
     agent = make_happo(env, {**cfg, "value_preprocessor": ValueNorm}, rnn_models(env, length=4))
     spy = Spy(monkeypatch)
-    before = _all_params(agent)
+    before = all_params(agent)
 
     def infos_fn(t, infos):
         mask = torch.ones(4, 1, dtype=torch.bool)
@@ -387,7 +387,7 @@ def test_recurrent_models_mixed_precision_and_masks_train(monkeypatch):
         return infos
 
     drive(agent, env, 16, infos_fn=infos_fn)
-    after = _all_params(agent)
+    after = all_params(agent)
     assert torch.isfinite(after).all() and not torch.equal(before, after)
     # per update: agent_0's 4 mini-batches with M = 1, then agent_1's with M from agent_0's recurrent policy
     assert len(spy.calls) == 16
@@ -410,8 +410,8 @@ def _distributed_worker(rank, port, out_dir):
         torch.manual_seed(100 + rank)  # another seed per rank: the order's seed must come from rank 0
         env = spread(num_envs=4, num_agents=3, seed=10 + rank)
         agent = make_happo(env, {"rollouts": 8, "learning_epochs": 1, "mini_batches": 2})
-        _train(env, agent, 32)
-        result = {"params": _all_params(agent), "seed": agent.progress.order_seed}
+        train(env, agent, 32)
+        result = {"params": all_params(agent), "seed": agent.progress.order_seed}
         torch.save(result, os.path.join(out_dir, f"result{rank}.pt"))
         dist.barrier()
     finally:

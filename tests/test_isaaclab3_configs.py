@@ -22,12 +22,12 @@ import os
 import pytest
 import torch
 from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
+from isaaclab_checks import assert_sized_as_yaml, assert_trained, snapshot_of
 from isaaclab_standin import TASKS, DirectMARLEnvStandIn
 from skrl.envs.wrappers.torch import wrap_env
 from skrl.multi_agents.torch.ippo import IPPO as SkrlIPPO
 from skrl.multi_agents.torch.mappo import MAPPO as SkrlMAPPO
 from skrl.utils.runner.torch import Runner as SkrlRunner
-from test_isaaclab_configs import _assert_sized_as_yaml, _assert_trained, _snapshot
 
 from skrl_marl_ext import IPPO, MAPPO
 from skrl_marl_ext.runner import Runner
@@ -70,10 +70,10 @@ def test_isaaclab3_config_trains_through_our_runner(task, algo, kind, tmp_path):
     runner = Runner(env, cfg)
     agent = runner.agent
     assert type(agent) is {"mappo": MAPPO, "ippo": IPPO}[algo]
-    _assert_sized_as_yaml(env, cfg, agent.models)
-    snapshot = _snapshot(agent, env.possible_agents)
+    assert_sized_as_yaml(env, cfg, agent.models)
+    snapshot = snapshot_of(agent, env.possible_agents)
     runner.run("train")
-    _assert_trained(snapshot)
+    assert_trained(snapshot)
     assert env.unwrapped.episodes_ended > 0
 
 
@@ -86,10 +86,10 @@ def test_isaaclab3_config_trains_through_skrls_own_runner(task, algo, kind, tmp_
     runner = SkrlRunner(env, cfg)
     agent = runner.agent
     assert type(agent) is {"mappo": SkrlMAPPO, "ippo": SkrlIPPO}[algo]
-    _assert_sized_as_yaml(env, cfg, agent.models)
-    snapshot = _snapshot(agent, env.possible_agents)
+    assert_sized_as_yaml(env, cfg, agent.models)
+    snapshot = snapshot_of(agent, env.possible_agents)
     runner.run("train")
-    _assert_trained(snapshot)
+    assert_trained(snapshot)
 
 
 @pytest.mark.parametrize("algo", ["mappo", "ippo"])
@@ -109,9 +109,9 @@ def test_fixed_log_std_of_a_typed_config_stays_fixed(algo, tmp_path):
     cfg = _cfg("handover", algo, "_cfgclass", tmp_path, updates=1, learning_epochs=1)
     cfg["models"]["policy"].update(fixed_log_std=True, initial_log_std=-0.5)
     runner = Runner(env, cfg)
-    snapshot = _snapshot(runner.agent, env.possible_agents)
+    snapshot = snapshot_of(runner.agent, env.possible_agents)
     runner.run("train")
-    _assert_trained(snapshot)
+    assert_trained(snapshot)
     for uid in env.possible_agents:
         log_std = runner.agent.models[uid]["policy"].log_std_parameter
         assert not log_std.requires_grad

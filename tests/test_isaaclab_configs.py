@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
+from isaaclab_checks import assert_sized_as_yaml, assert_trained, snapshot_of
 from isaaclab_standin import TASKS, DirectMARLEnvStandIn
 from skrl.envs.wrappers.torch import wrap_env
 from skrl.multi_agents.torch.ippo import IPPO as SkrlIPPO
@@ -53,39 +53,6 @@ def _cfg(task, algo, tmp_path, updates=2, **agent):
     return cfg
 
 
-def _input_size(env, uid, token):
-    if token == "OBSERVATIONS":
-        return env.observation_spaces[uid].shape[0]
-    assert token == "STATES", token
-    return env.state_spaces[uid].shape[0]
-
-
-def _assert_sized_as_yaml(env, cfg, models):
-    """Each role's first layer reads the YAML's ``input`` (observation or state size) and its layers are the YAML's."""
-    separate = cfg["models"]["separate"]
-    for uid in env.possible_agents:
-        for role, out in (("policy", env.action_spaces[uid].shape[0]), ("value", 1)):
-            (net,) = cfg["models"][role]["network"]
-            linears = [m for m in models[uid][role].modules() if isinstance(m, torch.nn.Linear)]
-            assert linears[0].in_features == _input_size(env, uid, net["input"]), (uid, role, net["input"])
-            assert [m.out_features for m in linears[: len(net["layers"])]] == net["layers"], (uid, role)
-            head = linears[-1] if separate else getattr(models[uid][role], f"{role}_layer")
-            assert head.out_features == out, (uid, role)
-
-
-def _snapshot(agent, uids):
-    """Every distinct policy/value module of the agents, with a copy of its parameters."""
-    modules = {id(m): m for uid in uids for m in (agent.models[uid]["policy"], agent.models[uid]["value"])}
-    return [(m, [p.detach().clone() for p in m.parameters()]) for m in modules.values()]
-
-
-def _assert_trained(snapshot):
-    for module, before in snapshot:
-        after = list(module.parameters())
-        assert all(torch.isfinite(p).all() for p in after), type(module).__name__
-        assert any(not torch.equal(b, a.detach()) for b, a in zip(before, after, strict=True)), type(module).__name__
-
-
 @pytest.mark.parametrize(("task", "algo"), CONFIGS, ids=IDS)
 def test_isaaclab_config_trains_through_our_runner(task, algo, tmp_path):
     env = _env(task)
@@ -98,10 +65,10 @@ def test_isaaclab_config_trains_through_our_runner(task, algo, tmp_path):
         if TASKS[task]["state_size"] < 0
         else TASKS[task]["state_size"],
     )
-    _assert_sized_as_yaml(env, cfg, agent.models)
-    snapshot = _snapshot(agent, env.possible_agents)
+    assert_sized_as_yaml(env, cfg, agent.models)
+    snapshot = snapshot_of(agent, env.possible_agents)
     runner.run("train")
-    _assert_trained(snapshot)
+    assert_trained(snapshot)
     assert env.unwrapped.episodes_ended > 0
 
 
@@ -114,7 +81,7 @@ def test_isaaclab_config_trains_through_skrls_own_runner(task, algo, tmp_path):
     runner = SkrlRunner(env, cfg)
     agent = runner.agent
     assert type(agent) is {"mappo": SkrlMAPPO, "ippo": SkrlIPPO}[algo]
-    _assert_sized_as_yaml(env, cfg, agent.models)
-    snapshot = _snapshot(agent, env.possible_agents)
+    assert_sized_as_yaml(env, cfg, agent.models)
+    snapshot = snapshot_of(agent, env.possible_agents)
     runner.run("train")
-    _assert_trained(snapshot)
+    assert_trained(snapshot)

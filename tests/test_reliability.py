@@ -16,6 +16,7 @@ import os
 import pytest
 import torch
 from helpers import QUIET, drive, make_agent, make_maddpg, make_models, params, spread
+from resume_helpers import all_params, restore_on_reset, train, train_until_checkpoint
 from skrl.resources.noises.torch import OrnsteinUhlenbeckNoise
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
@@ -46,33 +47,7 @@ MADDPG_CFG = {
     "experiment": QUIET,
 }
 MEMORY_SIZE = 16  # rows per env: the replay wraps around before the checkpoint
-ENV_FIELDS = ("positions", "goals", "active", "steps")
 N, M = 3 * ROLLOUTS, 2 * ROLLOUTS
-
-
-class _Stop(Exception):
-    """Ends a trainer's run right after the checkpoint it stops at."""
-
-
-def _env_snapshot(env) -> dict:
-    inner = env.unwrapped
-    snap = {k: getattr(inner, k).clone() for k in ENV_FIELDS}
-    snap["generator"] = inner._generator.get_state()
-    return snap
-
-
-def _restore_on_reset(env, snap) -> None:
-    """Make the env's next reset (the trainer's first) restore ``snap`` instead of drawing new episodes."""
-    inner = env.unwrapped
-    original = inner._reset_envs
-
-    def reset_envs(envs):
-        for k in ENV_FIELDS:
-            setattr(inner, k, snap[k].clone())
-        inner._generator.set_state(snap["generator"])
-        inner._reset_envs = original
-
-    inner._reset_envs = reset_envs
 
 
 def _build(algo, directory=None, name="run", checkpoint_interval=ROLLOUTS, **cfg):
@@ -90,45 +65,20 @@ def _build(algo, directory=None, name="run", checkpoint_interval=ROLLOUTS, **cfg
     return env, make_agent(env, algo, cfg={**CFG, **cfg, "experiment": experiment})
 
 
-def _train(env, agent, steps):
-    cfg = {"timesteps": steps, "headless": True, "disable_progressbar": True}
-    SequentialTrainer(env=env, agents=agent, cfg=cfg).train()
-
-
-def _train_until_checkpoint(env, agent, steps, stop_at, extra_path):
-    """Train a run of ``steps`` steps that stops after its checkpoint of step ``stop_at``, saving the env's state and
-    torch's RNG of that moment to ``extra_path`` (what the caller keeps beside the checkpoint)."""
-    write = agent.write_checkpoint
-
-    def write_then_stop(*, timestep, timesteps):
-        write(timestep=timestep, timesteps=timesteps)
-        if timestep == stop_at:
-            torch.save({"env": _env_snapshot(env), "rng": torch.get_rng_state()}, extra_path)
-            raise _Stop
-
-    agent.write_checkpoint = write_then_stop
-    with pytest.raises(_Stop):
-        _train(env, agent, steps)
-
-
-def _all_params(agent):
-    return torch.cat([params(m) for uid in agent.possible_agents for m in agent.models[uid].values()])
-
-
 def _resume(algo, checkpoint, extra_path, steps, directory, **cfg):
     env, agent = _build(algo, directory, name="resumed", **cfg)
     extra = torch.load(extra_path, weights_only=False)
     agent.load(checkpoint)
-    _restore_on_reset(env, extra["env"])
+    restore_on_reset(env, extra["env"])
     torch.set_rng_state(extra["rng"])
-    _train(env, agent, steps)
+    train(env, agent, steps)
     return agent
 
 
 def _resume_in_new_process(algo, checkpoint, extra_path, steps, directory, result_path):
     torch.set_num_threads(1)
     agent = _resume(algo, checkpoint, extra_path, steps, directory)
-    torch.save(_all_params(agent), result_path)
+    torch.save(all_params(agent), result_path)
 
 
 def _progress(path):
@@ -140,13 +90,13 @@ def _progress(path):
 def test_resume_in_a_new_process_equals_an_uninterrupted_run(algo, tmp_path):
     torch.set_num_threads(1)
     env, agent = _build(algo)
-    _train(env, agent, N + M)
-    uninterrupted = _all_params(agent)
+    train(env, agent, N + M)
+    uninterrupted = all_params(agent)
 
     env, agent = _build(algo, tmp_path, name="first")
     extra = tmp_path / "extra.pt"
-    _train_until_checkpoint(env, agent, N + M, stop_at=N, extra_path=extra)
-    halfway = _all_params(agent)
+    train_until_checkpoint(env, agent, N + M, stop_at=N, extra_path=extra)
+    halfway = all_params(agent)
     checkpoint = tmp_path / "first" / "checkpoints" / f"agent_{N}.pt"
     assert set(_progress(checkpoint).values()) == {N}
 
@@ -171,13 +121,13 @@ def test_resume_in_a_new_process_equals_an_uninterrupted_run(algo, tmp_path):
             del modules[uid]["replay"]
         torch.save(modules, tmp_path / "no_replay.pt")
         agent = _resume(algo, tmp_path / "no_replay.pt", extra, M, tmp_path / "other", checkpoint_replay=False)
-        assert not torch.equal(_all_params(agent), uninterrupted)
+        assert not torch.equal(all_params(agent), uninterrupted)
 
 
 def test_resume_needs_the_optimiser_state(tmp_path):
     """The equality above is not free: dropping the optimiser's state from the checkpoint breaks it."""
     env, agent = _build("mappo")
-    _train(env, agent, 2 * ROLLOUTS)
+    train(env, agent, 2 * ROLLOUTS)
     path = tmp_path / "agent.pt"
     agent.save(str(path))
     fresh_env, fresh = _build("mappo")
@@ -255,8 +205,8 @@ def test_maddpg_same_seed_gives_bitwise_identical_training(continuous):
         torch.manual_seed(5)
         env = spread(num_envs=4, num_agents=2, continuous=continuous, seed=5)
         agent = make_maddpg(env, cfg={"batch_size": 16, "random_timesteps": 4})
-        _train(env, agent, 24)
-        return _all_params(agent)
+        train(env, agent, 24)
+        return all_params(agent)
 
     first, second = run(), run()
     assert torch.equal(first, second)
@@ -304,9 +254,9 @@ def test_non_finite_input_is_skipped_counted_and_never_reaches_the_parameters(al
     _poison(env, step=1, uid="agent_1", key="rewards")
     _poison(env, step=2, uid="agent_0", key="observations")
     agent = _agent(algo, env, non_finite="skip")
-    before = _all_params(agent)
+    before = all_params(agent)
     drive(agent, env, 8)
-    after = _all_params(agent)
+    after = all_params(agent)
     assert torch.isfinite(after).all()
     assert not torch.equal(before, after)
     skipped = [v for k, values in agent.tracking_data.items() if "Non-finite" in k for v in values]
@@ -348,7 +298,7 @@ def test_auto_checkpoint_interval_spans_the_whole_resumed_run(load_first, tmp_pa
     loaded before the trainer is built or after (Isaac Lab's order)."""
     n = 10
     env, agent = _build("mappo", tmp_path, name="first", checkpoint_interval="auto")
-    _train(env, agent, 2 * n)  # "auto": every 2 * n / 10 steps
+    train(env, agent, 2 * n)  # "auto": every 2 * n / 10 steps
     assert (tmp_path / "first" / "checkpoints" / f"agent_{n}.pt").is_file()
 
     env, agent = _build("mappo", tmp_path, name="resumed", checkpoint_interval="auto")
