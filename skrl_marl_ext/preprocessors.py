@@ -157,6 +157,7 @@ def per_agent_moments(
     agents: int,
     agent_dim: int,
     shift: torch.Tensor | None = None,
+    chunk_elements: int = CHUNK_ELEMENTS,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean, sum of squared deviations from it and count of each agent's unmasked rows of ``x``, each agent's its own,
     over all ranks (one collective, no host read).
@@ -165,7 +166,7 @@ def per_agent_moments(
     (float64 data in float64), centred on the chunk's mean with the corrected two-pass algorithm (Chan, Golub and
     LeVeque 1983); the chunks' moments are merged in float64 with Chan et al.'s parallel formula, then over ranks. A
     shared input (agent dimension of size 1) is never expanded to the agents: a chunk's temporaries are ``agents``
-    times its rows, at most :data:`CHUNK_ELEMENTS` or a quarter of ``x``'s elements. The same rows and mask for every
+    times its rows, at most ``chunk_elements`` or a quarter of ``x``'s elements. The same rows and mask for every
     agent are reduced once.
 
     :param x: Data, shape ``(..., size)`` with the agents along ``agent_dim`` (``agents`` of them, or 1: the same rows
@@ -176,13 +177,14 @@ def per_agent_moments(
     :param agent_dim: The agents' dimension of ``x`` and ``mask``.
     :param shift: Values equal on every rank near each agent's mean (``(G, size)`` or ``(size,)``; zeros when None),
         subtracted before the moments are summed over ranks (a distributed run only).
+    :param chunk_elements: The elements of a chunk's float32 temporaries (at least a quarter of ``x``'s).
     :return: ``(mean, m2, count)``, float64, shapes ``(G, size)``, ``(G, size)`` and ``(G,)``.
     """
     x = _rows_of(x.movedim(agent_dim, 0))  # (R, A, B, size): the rows are A x B
     mask = _rows_of(mask.movedim(agent_dim, 0)) if mask is not None else None
     G = 1 if x.shape[0] == 1 and (mask is None or mask.shape[0] == 1) else agents
     size, dtype = x.shape[-1], torch.promote_types(x.dtype, torch.float32)
-    rows = max(1, max(CHUNK_ELEMENTS, x.numel() // 4) // (G * size))  # per chunk
+    rows = max(1, max(chunk_elements, x.numel() // 4) // (G * size))  # per chunk
     mean = torch.zeros(G, size, dtype=torch.float64, device=x.device)
     m2, count = torch.zeros_like(mean), torch.zeros(G, 1, dtype=torch.float64, device=x.device)
     for chunk in _chunks(*x.shape[1:3], rows=rows):

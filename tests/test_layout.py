@@ -25,6 +25,37 @@ def test_tests_call_no_private_method():
     assert not calls, f"tests calling private methods: {calls}"
 
 
+def test_tests_patch_no_name_of_the_package():
+    """``monkeypatch.setattr(<a module of the package>, ...)`` ties a test to where a module imports a name; tests
+    observe or replace the update's math through the agent (``OnPolicyAgent.ppo_loss``, ...) instead."""
+    import importlib.util
+
+    found = []
+    for path in sorted((REPO / "tests").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.startswith("skrl_marl_ext")}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("skrl_marl_ext"):
+                for alias in node.names:
+                    try:  # a module, not a name of one
+                        is_module = importlib.util.find_spec(f"{node.module}.{alias.name}") is not None
+                    except ModuleNotFoundError:  # the parent is a module's name, e.g. a class
+                        is_module = False
+                    if is_module:
+                        modules.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("monkeypatch.setattr") and node.args:
+                root = node.args[0]
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                named = isinstance(root, ast.Constant) and str(root.value).startswith("skrl_marl_ext")
+                if named or (isinstance(root, ast.Name) and root.id in modules):
+                    found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    assert not found, f"tests patching the package's modules: {found}"
+
+
 def test_call_count_profiles_the_agents_calls_only():
     """``benchmarks/call_count.py`` (the layout's measure) reaches both updates and counts nothing the env's step
     enters: skrl's space helpers, called by the env, are left out."""

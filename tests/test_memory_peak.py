@@ -115,13 +115,12 @@ def test_the_window_starts_with_the_tensors_alive_except_parameters_buffers_and_
 
 
 @pytest.mark.parametrize("shared", [True, False])
-def test_statistics_of_a_shared_state_do_not_expand_it_to_the_agents(monkeypatch, shared):
+def test_statistics_of_a_shared_state_do_not_expand_it_to_the_agents(shared):
     """8 agents' statistics of one state ``(T, 1, N, S)`` with each agent's own mask: the temporaries stay within a
     quarter of the state (a G-fold float64 copy would be 16 times the state)."""
-    monkeypatch.setattr(preprocessors, "CHUNK_ELEMENTS", 1024)
     G, T, N, S = 8, 16, 64, 64
     x = torch.randn(T, 1 if shared else G, N, S)
     mask = torch.rand(T, G, N, 1) > 0.2
     with LiveStorages(locate=False) as counter:
-        preprocessors.per_agent_moments(x, mask, agents=G, agent_dim=1)
+        preprocessors.per_agent_moments(x, mask, agents=G, agent_dim=1, chunk_elements=1024)
     assert counter.peak <= x.nbytes // 4 + mask.nbytes // 4 + 16 * G * S * 8, (counter.peak, x.nbytes)

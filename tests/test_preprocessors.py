@@ -106,19 +106,18 @@ def _plain_moments(x, mask, agents):
     "x_rows, mask_rows", [(1, 4), (4, 1), (4, 4), (1, None), (4, None), (1, 1)], ids=lambda r: f"rows{r}"
 )
 @pytest.mark.parametrize("offset", [0.0, 1e4], ids=["centred", "large-mean"])
-def test_per_agent_moments_match_a_float64_reference(monkeypatch, chunk, x_rows, mask_rows, offset):
+def test_per_agent_moments_match_a_float64_reference(chunk, x_rows, mask_rows, offset):
     """Float32 chunks (corrected two-pass) merged in float64 (Chan et al.) against plain float64 on the same data:
     means within 1e-6 of the data's scale, sums of squared deviations within 1e-5 relative, counts exact; a shared
     input (1 row for 4 agents) with each agent's own mask included, NaN in masked-out rows never reached, and data with
     a mean 1e4 times its spread, where float32 sums of squares lose every digit."""
-    monkeypatch.setattr(preprocessors, "CHUNK_ELEMENTS", chunk)
     G, T, N, S = 4, 6, 40, 3
     generator = torch.Generator().manual_seed(0)
     x = offset + torch.randn(T, x_rows, N, S, generator=generator) * torch.tensor([1.0, 0.01, 100.0])
     mask = None if mask_rows is None else torch.rand(T, mask_rows, N, 1, generator=generator) > 0.3
     if mask is not None and x_rows == mask_rows:
         x[~mask.expand_as(x)] = float("nan")  # masked-out rows never reach the moments
-    mean, m2, count = preprocessors.per_agent_moments(x, mask, agents=G, agent_dim=1)
+    mean, m2, count = preprocessors.per_agent_moments(x, mask, agents=G, agent_dim=1, chunk_elements=chunk)
     ref_mean, ref_m2, ref_count = _plain_moments(x, mask, G)
     assert mean.dtype == m2.dtype == count.dtype == torch.float64
     assert mean.shape == m2.shape == (G, S) and count.shape == (G,)
