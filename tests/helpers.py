@@ -148,3 +148,40 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def lockstep(batched, loop, env, steps, *, rollouts, infos_fn=None, check=None):
+    """Drive a batched agent and a one-by-one agent on one env with the batched agent's actions (``infos_fn(t,
+    infos)`` rewrites a step's infos); at each step the loop's rollout is overwritten with the batched agent's (what
+    each sampled differs; the update is what is compared), after ``check(name, loop's, batched's)`` saw each stored
+    tensor. Yields after every update (every ``rollouts`` steps)."""
+    for agent in (batched, loop):
+        agent.init()
+        agent.enable_training_mode(True)
+    obs, _ = env.reset()
+    states = env.state()
+    (source,) = batched.groups
+    for t in range(steps):
+        with torch.no_grad():
+            actions, _ = batched.act(obs, states, timestep=t, timesteps=steps)
+            loop.act(obs, states, timestep=t, timesteps=steps)
+            next_obs, rewards, terminated, truncated, infos = env.step(actions)
+            next_states = env.state()
+        if infos_fn is not None:
+            infos = infos_fn(t, dict(infos))
+        step = dict(observations=obs, states=states, actions=actions, rewards=rewards, next_observations=next_obs)
+        step.update(next_states=next_states, terminated=terminated, truncated=truncated, infos=infos)
+        for agent in (batched, loop):
+            agent.record_transition(**step, timestep=t, timesteps=steps)
+        for i, group in enumerate(loop.groups):
+            for name, tensor in source.rollout.tensors.items():
+                own = tensor[t % rollouts, i : i + 1] if tensor.shape[1] == source.size else tensor[t % rollouts]
+                mine = group.rollout.tensors[name][t % rollouts]
+                if check is not None:
+                    check(name, mine, own)
+                mine.copy_(own)
+        for agent in (batched, loop):
+            agent.post_interaction(timestep=t, timesteps=steps)
+        obs, states = next_obs, next_states
+        if (t + 1) % rollouts == 0:
+            yield

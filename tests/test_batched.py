@@ -9,7 +9,7 @@ import gymnasium
 import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
+from helpers import QUIET, drive, lockstep, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
 from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
@@ -27,39 +27,6 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     batched path, which ``"auto"`` leaves for the loop on a CPU with few agents."""
     cfg = {"batch_agent_models": True, **(cfg or {})}
     return helpers.make_agent(env, algo, shared=shared, cfg=cfg, models=models, **kwargs)
-
-
-def lockstep(batched, loop, env, steps, *, infos_fn=None):
-    """Drive both agents on one env with the batched agent's actions; before each update the loop's rollout is
-    overwritten with the batched agent's (what each sampled differs; the update is what is compared). Yields after
-    every update."""
-    for agent in (batched, loop):
-        agent.init()
-        agent.enable_training_mode(True)
-    obs, _ = env.reset()
-    states = env.state()
-    for t in range(steps):
-        with torch.no_grad():
-            actions, _ = batched.act(obs, states, timestep=t, timesteps=steps)
-            loop.act(obs, states, timestep=t, timesteps=steps)
-            next_obs, rewards, terminated, truncated, infos = env.step(actions)
-            next_states = env.state()
-        if infos_fn is not None:
-            infos = infos_fn(t, dict(infos))
-        step = dict(observations=obs, states=states, actions=actions, rewards=rewards, next_observations=next_obs)
-        step.update(next_states=next_states, terminated=terminated, truncated=truncated, infos=infos)
-        for agent in (batched, loop):
-            agent.record_transition(**step, timestep=t, timesteps=steps)
-        (source,) = batched.groups
-        for i, group in enumerate(loop.groups):
-            for name, tensor in source.rollout.tensors.items():
-                own = tensor[t % ROLLOUTS, i : i + 1] if tensor.shape[1] == source.size else tensor[t % ROLLOUTS]
-                group.rollout.tensors[name][t % ROLLOUTS].copy_(own)
-        for agent in (batched, loop):
-            agent.post_interaction(timestep=t, timesteps=steps)
-        obs, states = next_obs, next_states
-        if (t + 1) % ROLLOUTS == 0:
-            yield
 
 
 def max_difference(a, b):
@@ -112,7 +79,7 @@ def test_batched_update_equals_the_per_agent_loop(case):
     assert [(g.uids, g.batched) for g in batched.groups] == [(env.possible_agents, True)]
     assert [g.size for g in loop.groups] == [1, 1, 1]
     before = [params(m) for uid in env.possible_agents for m in models[uid].values()]
-    for _ in lockstep(batched, loop, env, 3 * ROLLOUTS):
+    for _ in lockstep(batched, loop, env, 3 * ROLLOUTS, rollouts=ROLLOUTS):
         assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
     after = [params(m) for uid in env.possible_agents for m in models[uid].values()]
     assert max_difference(after, before) > 1e-3  # it learned: the comparison compares something
@@ -132,7 +99,7 @@ def test_agent_masks_count_per_agent():
         infos["agent_mask"] = {"agent_1": torch.zeros(env.num_envs, 1, dtype=torch.bool)}
         return infos
 
-    for _ in lockstep(batched, loop, env, 2 * ROLLOUTS, infos_fn=kill_agent_1):
+    for _ in lockstep(batched, loop, env, 2 * ROLLOUTS, rollouts=ROLLOUTS, infos_fn=kill_agent_1):
         assert max_difference(state_of(batched, env), state_of(loop, env)) < 1e-6
     assert max_difference(list(models["agent_1"]["policy"].parameters()), dead) == 0.0
 

@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import QUIET, drive, make_agent, make_models, one_thread, params  # noqa: F401  (one_thread: autouse)
+from helpers import QUIET, drive, lockstep, make_agent, make_models, one_thread, params  # noqa: F401  (one_thread: autouse)
 from skrl.memories.torch import RandomMemory
 from skrl.multi_agents.torch.mappo import MAPPO as SkrlMAPPO
 from skrl.multi_agents.torch.mappo import MAPPO_CFG as SkrlMAPPO_CFG
@@ -43,38 +43,6 @@ def pair(env, cfg, seed=0):
     assert [(g.size, g.batched) for g in batched.groups] == [(3, True)]
     assert [(g.size, g.batched) for g in loop.groups] == [(1, False)] * 3
     return batched, loop
-
-
-def lockstep(batched, loop, env, updates):
-    """Drive both agents on one env with the batched agent's actions; before each update the loop's rollout is
-    overwritten with the batched agent's (what each sampled differs; the update is what is compared). Yields after
-    every update."""
-    for agent in (batched, loop):
-        agent.init()
-        agent.enable_training_mode(True)
-    obs, _ = env.reset()
-    states = env.state()
-    steps = updates * ROLLOUTS
-    for t in range(steps):
-        with torch.no_grad():
-            actions, _ = batched.act(obs, states, timestep=t, timesteps=steps)
-            loop.act(obs, states, timestep=t, timesteps=steps)
-            next_obs, rewards, terminated, truncated, infos = env.step(actions)
-            next_states = env.state()
-        step = dict(observations=obs, states=states, actions=actions, rewards=rewards, next_observations=next_obs)
-        step.update(next_states=next_states, terminated=terminated, truncated=truncated, infos=infos)
-        for agent in (batched, loop):
-            agent.record_transition(**step, timestep=t, timesteps=steps)
-        (source,) = batched.groups
-        for i, group in enumerate(loop.groups):
-            for name, tensor in source.rollout.tensors.items():
-                own = tensor[t % ROLLOUTS, i : i + 1] if tensor.shape[1] == source.size else tensor[t % ROLLOUTS]
-                group.rollout.tensors[name][t % ROLLOUTS].copy_(own)
-        for agent in (batched, loop):
-            agent.post_interaction(timestep=t, timesteps=steps)
-        obs, states = next_obs, next_states
-        if (t + 1) % ROLLOUTS == 0:
-            yield
 
 
 def checkpoint(agent, uid):
@@ -142,7 +110,7 @@ def test_batched_update_equals_the_per_agent_loop(case):
     batched, loop = pair(env, {**cfg, "mini_batch_order": "sequential"})
     before = {uid: params(batched.models[uid]["policy"]) for uid in env.possible_agents}
     rates, steps, taken = [], [], {uid: 0 for uid in env.possible_agents}
-    for _ in lockstep(batched, loop, env, 4):
+    for _ in lockstep(batched, loop, env, 4 * ROLLOUTS, rollouts=ROLLOUTS):
         assert_same_checkpoints(batched, loop, env)
         rates.append(learning_rates(batched, env))
         total = adam_steps(batched, env)

@@ -10,7 +10,7 @@ import warnings
 import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, one_thread, spread  # noqa: F401
+from helpers import QUIET, drive, lockstep, one_thread, spread  # noqa: F401
 from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from torch import nn
 
@@ -78,41 +78,11 @@ def max_difference(a, b):
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
-def lockstep(batched, loop, env, steps, *, infos_fn=None):
-    """Step both agents on one env with the batched agent's actions (``infos_fn(t, infos)`` rewrites the step's
-    infos). At each step the critics' values and the hidden states the step started from (what acting stored) must
-    agree; the loop's rollout is then overwritten with the batched agent's (what each sampled differs; the update is
-    what is compared). Yields after every update."""
-    for agent in (batched, loop):
-        agent.init()
-        agent.enable_training_mode(True)
-    obs, _ = env.reset()
-    states = env.state()
-    (source,) = batched.groups
-    for t in range(steps):
-        with torch.no_grad():
-            actions, _ = batched.act(obs, states, timestep=t, timesteps=steps)
-            loop.act(obs, states, timestep=t, timesteps=steps)
-            next_obs, rewards, terminated, truncated, infos = env.step(actions)
-            next_states = env.state()
-        if infos_fn is not None:
-            infos = infos_fn(t, dict(infos))
-        step = dict(observations=obs, states=states, actions=actions, rewards=rewards, next_observations=next_obs)
-        step.update(next_states=next_states, terminated=terminated, truncated=truncated, infos=infos)
-        for agent in (batched, loop):
-            agent.record_transition(**step, timestep=t, timesteps=steps)
-        for i, group in enumerate(loop.groups):
-            for name, tensor in source.rollout.tensors.items():
-                own = tensor[t % ROLLOUTS, i : i + 1] if tensor.shape[1] == source.size else tensor[t % ROLLOUTS]
-                mine = group.rollout.tensors[name][t % ROLLOUTS]
-                if name in ("values", "final_values") or name.startswith("rnn_"):  # acting: the same values, states
-                    assert max_difference([mine.float()], [own.float()]) < 1e-6, name
-                mine.copy_(own)
-        for agent in (batched, loop):
-            agent.post_interaction(timestep=t, timesteps=steps)
-        obs, states = next_obs, next_states
-        if (t + 1) % ROLLOUTS == 0:
-            yield
+def same_acting(name, mine, own):
+    """What acting stored must agree between the two forms: the critics' values and the hidden states a step started
+    from."""
+    if name in ("values", "final_values") or name.startswith("rnn_"):
+        assert max_difference([mine.float()], [own.float()]) < 1e-6, name
 
 
 # ---------------------------------------------------------------- the cell equations
@@ -233,7 +203,15 @@ def test_batched_recurrent_update_equals_one_by_one(case):
         infos["agent_mask"] = {"agent_1": torch.arange(env.num_envs).view(-1, 1) != t % env.num_envs}
         return infos
 
-    for _ in lockstep(batched, loop, env, 3 * ROLLOUTS, infos_fn=mask_agent_1 if spec.get("masks") else None):
+    for _ in lockstep(
+        batched,
+        loop,
+        env,
+        3 * ROLLOUTS,
+        rollouts=ROLLOUTS,
+        infos_fn=mask_agent_1 if spec.get("masks") else None,
+        check=same_acting,
+    ):
         b = batched.groups[0].rollout
         resets_inside += int(b[RESET_KEY].view(ROLLOUTS // LENGTH, LENGTH, -1)[:, :-1].sum())  # not after the last step
         final_values |= "final_values" in b.tensors and bool(
