@@ -50,15 +50,50 @@ A tiny end-to-end check::
     python benchmarks/learning_study.py --num-envs 8 --timesteps 200 --seeds 0 --csv /tmp/ls_test.csv \\
         --algos skrl-mappo,mappo,skrl-ippo,ippo,mappo-paper
     python benchmarks/learning_study.py --report --csv /tmp/ls_test.csv --images-dir /tmp/ls_images
+
+MaMuJoCo (HAPPO against MAPPO as HARL measured it; issue 40). On ``mamujoco:`` tasks the variants are
+:data:`MAMUJOCO_VARIANTS`, built through our Runner from the configs the package ships with HARL's tuned values
+(``skrl_marl_ext/configs/happo_mamujoco.yaml``, ``mappo_mamujoco.yaml``, ``maddpg_mamujoco.yaml``; HARL's per-task
+values where it tuned them, :data:`HARL_TASK_OVERRIDES`), on HARL's observations (``agent_obsk=0``):
+
+- ``happo``: a policy per agent and one team critic, 20 envs;
+- ``mappo``: one policy and one critic shared by the agents (HARL's MAPPO), 20 envs;
+- ``mappo-own``: MAPPO with a policy and a critic per agent, 20 envs;
+- ``ippo``: ``mappo-own`` with critics of the agents' own observations, 20 envs;
+- ``maddpg``: HARL's MADDPG config, 10 envs, one gradient step per step.
+
+Each run is evaluated along the way (``--eval-points``, default 20, the last at its end) with the policies' mean
+actions on ``--eval-episodes`` (default 10) envs of its own; the row holds the final evaluation return, the
+evaluation curve and the CPU time of training (:data:`EVAL_COLUMNS`), in ``benchmarks/results/learning_mamujoco.csv``
+(the default ``--csv`` of these tasks). The study: 3 tasks x 5 variants x 3 seeds, 2M frames per run; the runs start
+task by task, seed by seed, so the first task's table fills first. The on-policy variants run in the background two
+at a time; MADDPG (a gradient step of 1000 samples at every step of its 10 envs, about ten times an on-policy run's
+CPU time per frame) goes after them, in a command of its own; then the tables and plots::
+
+    nohup python benchmarks/learning_study.py \\
+        --tasks mamujoco:HalfCheetah-2x3,mamujoco:Walker2d-2x3,mamujoco:HalfCheetah-6x1 \\
+        --algos happo,mappo,mappo-own,ippo --seeds 0-2 --frames 2000000 --jobs 2 > mamujoco_study.log 2>&1 &
+    # when it has finished:
+    nohup python benchmarks/learning_study.py \\
+        --tasks mamujoco:HalfCheetah-2x3,mamujoco:Walker2d-2x3,mamujoco:HalfCheetah-6x1 \\
+        --algos maddpg --seeds 0-2 --frames 2000000 --jobs 2 > mamujoco_maddpg.log 2>&1 &
+    python benchmarks/learning_study.py --report --csv benchmarks/results/learning_mamujoco.csv
+
+The pilot that sized it (one seed, 50k frames, five evaluations, into a scratch CSV)::
+
+    python benchmarks/learning_study.py --tasks mamujoco:HalfCheetah-2x3 --algos happo,mappo,maddpg --seeds 0 \\
+        --frames 50000 --eval-points 5 --csv /tmp/mamujoco_pilot.csv --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -104,6 +139,32 @@ COLUMNS = (
 """CSV columns. ``curve`` is JSON: ``{"frames": [...], "returns": [...]}`` (bin ends; null for a bin without a
 finished episode). ``wall_seconds`` is the training loop only, ``setup_seconds`` env and agent construction."""
 
+EVAL_COLUMNS = ("eval_return", "eval_curve", "eval_seconds", "cpu_seconds")
+"""Columns after :data:`COLUMNS` of the runs with deterministic evaluation (the MaMuJoCo tasks): ``cpu_seconds``, the
+CPU time of the training loop (the process's, as ``wall_seconds`` without the evaluations: on a shared machine the
+measure of its cost that other processes do not inflate); ``eval_return``, the
+mean return per agent of ``--eval-episodes`` episodes with the policies' mean actions at the end of training;
+``eval_curve``, JSON ``{"frames": [...], "returns": [...]}`` of every evaluation point (the last one is
+``eval_return``) and the episodes of each; ``eval_seconds``, their time (not in ``wall_seconds``). A CSV holds rows of
+one kind."""
+
+MAMUJOCO = "mamujoco:"
+MAMUJOCO_TASKS = ("mamujoco:HalfCheetah-2x3", "mamujoco:HalfCheetah-6x1", "mamujoco:Walker2d-2x3")
+MAMUJOCO_CSV = os.path.join(HERE, "results", "learning_mamujoco.csv")
+MAMUJOCO_ENV_ARGS = {"agent_obsk": 0}
+"""Env arguments of the MaMuJoCo tasks: HARL's tuned configs observe each agent's own joints only."""
+MAMUJOCO_REFERENCE = "mappo"
+"""The MaMuJoCo variant the report's "frames to reach" column aims at (HARL compares HAPPO with its shared MAPPO)."""
+EVAL_SEED_OFFSET = 10_000
+"""The evaluation envs of a run of seed ``s`` start from seed ``s + EVAL_SEED_OFFSET``."""
+EVAL_EPISODES = 10
+EVAL_POINTS = 20
+"""Defaults of ``--eval-episodes`` and ``--eval-points`` on MaMuJoCo tasks (HARL evaluates every 100k frames)."""
+
+
+def is_mamujoco(task: str) -> bool:
+    return task.startswith(MAMUJOCO)
+
 
 # ---------------------------------------------------------------------------------------------------- variants
 
@@ -121,6 +182,10 @@ class Variant:
     overrides: tuple[tuple[str, Any], ...] = ()
     """Agent config fields set on top of the default config (preprocessors by name, see :data:`PREPROCESSORS`)."""
     note: str = ""
+    config: str = ""
+    """The package config it starts from, ``skrl_marl_ext/configs/<config>.yaml``; empty: ``<algo>.yaml``."""
+    num_envs: int | None = None
+    """Envs of its runs; None: ``--num-envs`` (with ``--frames``, the steps are the frames over the envs)."""
 
 
 TWIN_CRITIC = {"class": "QMLP", "hidden_sizes": [128, 128], "activation": "relu"}
@@ -257,15 +322,98 @@ VARIANTS: dict[str, Variant] = {
 """The study's variants by name (the report lists them in this order)."""
 DEFAULT_ALGOS = ("skrl-mappo", "mappo", "skrl-ippo", "ippo", "mappo-paper")
 
+HARL_ENVS = 20
+"""HARL's n_rollout_threads of its on-policy MaMuJoCo configs (MADDPG's: 10, in its variant)."""
 
-def default_config(algo: str) -> dict[str, Any]:
-    """``skrl_marl_ext/configs/<algo>.yaml`` (read from the installed package without importing it, i.e. torch)."""
+MAMUJOCO_VARIANTS: dict[str, Variant] = {
+    "happo": Variant(
+        "runner",
+        "happo",
+        config="happo_mamujoco",
+        num_envs=HARL_ENVS,
+        note="HAPPO, configs/happo_mamujoco.yaml (HARL's: a policy per agent, one team critic)",
+    ),
+    "mappo": Variant(
+        "runner",
+        "mappo",
+        config="mappo_mamujoco",
+        num_envs=HARL_ENVS,
+        note="MAPPO, configs/mappo_mamujoco.yaml (HARL's: one policy and one critic shared by the agents)",
+    ),
+    "mappo-own": Variant(
+        "runner",
+        "mappo",
+        config="mappo_mamujoco",
+        num_envs=HARL_ENVS,
+        overrides=(("models.share_across_agents", False),),
+        note="MAPPO, configs/mappo_mamujoco.yaml with a policy and a critic per agent",
+    ),
+    "ippo": Variant(
+        "runner",
+        "ippo",
+        config="mappo_mamujoco",
+        num_envs=HARL_ENVS,
+        overrides=(("class", "IPPO"), ("models.share_across_agents", False), ("models.value.input", "observations")),
+        note="IPPO, configs/mappo_mamujoco.yaml with a policy and a critic of its observations per agent",
+    ),
+    "maddpg": Variant(
+        "runner",
+        "maddpg",
+        config="maddpg_mamujoco",
+        num_envs=10,
+        note="MADDPG, configs/maddpg_mamujoco.yaml (HARL's, 10 envs, one-step targets)",
+    ),
+}
+"""The variants of the MaMuJoCo tasks (the names of :data:`VARIANTS` there mean these): HARL's tuned configs as the
+package ships them, through our Runner."""
+MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg")
+
+HARL_TASK_OVERRIDES: dict[str, tuple[tuple[str, Any], ...]] = {
+    # HARL's tuned Walker2d-v2-2x3 HAPPO and MAPPO (its lr and critic_lr 1e-3, linear decay to 0); HalfCheetah-6x1
+    # has no tuned HAPPO/MAPPO in HARL and takes HalfCheetah-2x3's, the shipped configs
+    "mamujoco:Walker2d-2x3": (
+        ("learning_epochs", 5),
+        ("mini_batches", 2),
+        ("learning_rate", 1e-3),
+        ("entropy_loss_scale", 0.0),
+        ("learning_rate_scheduler", "LinearLR"),
+    ),
+}
+"""Agent fields of the on-policy MaMuJoCo variants that HARL tuned per task (its ``use_linear_lr_decay`` is
+``LinearLR`` to 0 over the run's learning epochs, see :func:`task_overrides`)."""
+
+
+def variants_for(task: str) -> dict[str, Variant]:
+    """The variants a task's runs are named from: :data:`MAMUJOCO_VARIANTS` on MaMuJoCo, else :data:`VARIANTS`."""
+    return MAMUJOCO_VARIANTS if is_mamujoco(task) else VARIANTS
+
+
+def task_overrides(variant: Variant, *, task: str, timesteps: int) -> tuple[tuple[str, Any], ...]:
+    """The per-task overrides of :data:`HARL_TASK_OVERRIDES` for an on-policy variant (none for MADDPG), with
+    ``LinearLR``'s arguments for a run of ``timesteps`` steps (one scheduler step per learning epoch)."""
+    if variant.algo == "maddpg":
+        return ()
+    overrides = HARL_TASK_OVERRIDES.get(task, ())
+    values = dict(overrides)
+    if values.get("learning_rate_scheduler") != "LinearLR":
+        return overrides
+    rollouts = runner_config(variant)["agent"]["rollouts"]
+    epochs = values.get("learning_epochs", runner_config(variant)["agent"]["learning_epochs"])
+    total = max(1, timesteps // rollouts) * epochs
+    return (
+        *overrides,
+        ("learning_rate_scheduler_kwargs", {"start_factor": 1.0, "end_factor": 0.0, "total_iters": total}),
+    )
+
+
+def default_config(name: str) -> dict[str, Any]:
+    """``skrl_marl_ext/configs/<name>.yaml`` (read from the installed package without importing it, i.e. torch)."""
     import yaml
 
     spec = importlib.util.find_spec("skrl_marl_ext")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("learning_study: skrl_marl_ext is not installed (pip install -e . in the repository)")
-    with open(os.path.join(list(spec.submodule_search_locations)[0], "configs", f"{algo}.yaml")) as file:
+    with open(os.path.join(list(spec.submodule_search_locations)[0], "configs", f"{name}.yaml")) as file:
         return yaml.safe_load(file)
 
 
@@ -278,28 +426,41 @@ def agent_config(variant: Variant) -> dict[str, Any]:
     return cfg
 
 
-def runner_config(variant: Variant) -> dict[str, Any]:
-    """A runner variant's whole config: ``configs/<algo>.yaml`` with the overrides, which name agent fields
-    (``"batch_size"``) or, as ``"<section>.<key>"``, a field of another section (``"memory.memory_size"``)."""
-    config = {
-        key: dict(value) if isinstance(value, dict) else value for key, value in default_config(variant.algo).items()
-    }
-    for key, value in variant.overrides:
-        section, _, field = key.rpartition(".")
+def runner_config(variant: Variant, overrides: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+    """A runner variant's whole config: ``configs/<config or algo>.yaml`` with the variant's overrides and then
+    ``overrides``, which name agent fields (``"batch_size"``) or, dotted, a key of another section
+    (``"memory.memory_size"``, ``"models.value.input"``)."""
+    config = copy.deepcopy(default_config(variant.config or variant.algo))
+    for key, value in (*variant.overrides, *overrides):
+        *path, field = key.split(".") if "." in key else ("agent", key)
+        section = config
+        for part in path:
+            section = section[part]
         if value == REMOVE:
-            config[section or "agent"].pop(field, None)
+            section.pop(field, None)
         else:
-            config[section or "agent"][field] = value
+            section[field] = value
     return config
 
 
-def run_description(variant: Variant, *, task: str, num_envs: int, timesteps: int, tag: str) -> dict[str, Any]:
-    """Everything that defines a run apart from its seed (what the config hash covers)."""
+def run_description(
+    variant: Variant,
+    *,
+    task: str,
+    num_envs: int,
+    timesteps: int,
+    tag: str,
+    eval_episodes: int = 0,
+    eval_points: int = 0,
+) -> dict[str, Any]:
+    """Everything that defines a run apart from its seed (what the config hash covers). MaMuJoCo runs also hold
+    their env arguments, per-task overrides and evaluation."""
+    mamujoco = is_mamujoco(task)
     if variant.builder == "runner":
-        config = runner_config(variant)
+        config = runner_config(variant, task_overrides(variant, task=task, timesteps=timesteps) if mamujoco else ())
     else:
         config = {"agent": agent_config(variant), "models": MODEL}
-    return {
+    description = {
         "builder": variant.builder,
         "algo": variant.algo,
         "impl": variant.impl,
@@ -309,6 +470,9 @@ def run_description(variant: Variant, *, task: str, num_envs: int, timesteps: in
         "timesteps": timesteps,
         "tag": tag,
     }
+    if mamujoco:
+        description.update(env_kwargs=MAMUJOCO_ENV_ARGS, eval_episodes=eval_episodes, eval_points=eval_points)
+    return description
 
 
 def config_hash(description: dict[str, Any]) -> str:
@@ -423,11 +587,12 @@ def build_on_policy(env, *, variant: Variant, seed: int, timesteps: int, directo
     return SequentialTrainer(env=env, agents=agent, cfg=trainer_cfg)
 
 
-def build_runner(env, *, variant: Variant, seed: int, timesteps: int, directory: str):
-    """An agent of ours from ``skrl_marl_ext/configs/<algo>.yaml`` through our Runner (MADDPG): returns the trainer."""
+def build_runner(env, *, variant: Variant, seed: int, timesteps: int, directory: str, config: dict | None = None):
+    """An agent of ours from ``skrl_marl_ext/configs/<algo>.yaml`` (or ``config``, the run's whole config) through our
+    Runner (MADDPG, the MaMuJoCo variants): returns the trainer."""
     from skrl_marl_ext.runner import Runner
 
-    cfg = runner_config(variant)
+    cfg = copy.deepcopy(config) if config is not None else runner_config(variant)
     cfg["seed"] = seed  # the Runner calls skrl's set_seed(seed) after the env exists, as for the on-policy variants
     cfg["agent"]["experiment"] = {
         "directory": directory,
@@ -443,7 +608,73 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "on_policy": build_on_policy,
     "runner": build_runner,
 }
-"""``builder(env, *, variant, seed, timesteps, directory) -> trainer`` (anything with ``train()``)."""
+"""``builder(env, *, variant, seed, timesteps, directory) -> trainer`` (anything with ``train()``; the runner builder
+also takes the run's ``config``)."""
+
+
+def evaluation_steps(*, timesteps: int, points: int) -> list[int]:
+    """The steps (counted from 1) after which a run is evaluated: ``points`` evenly spaced, the last at its end."""
+    return sorted({max(1, round(timesteps * (i + 1) / points)) for i in range(points)})
+
+
+def deterministic_return(agent, env, *, timestep: int, timesteps: int, max_steps: int = 100_000) -> float:
+    """Mean return per agent of one episode in each of ``env``'s copies, acting with the policies' mean actions
+    (``outputs["mean_actions"]``, the agent in evaluation mode), from a reset of ``env``; the agent is back in
+    training mode after. A copy's later episodes are not counted, so early ends do not weigh more. HARL's
+    evaluation: ``eval_episodes`` episodes of the deterministic policy on envs of their own."""
+    import torch
+
+    from skrl_marl_ext.keys import MEAN_ACTIONS_KEY
+
+    agent.enable_training_mode(False)
+    observations, _ = env.reset()
+    states = env.state()
+    returns = torch.zeros(env.num_envs)
+    ended = torch.zeros(env.num_envs, dtype=torch.bool)
+    with torch.no_grad():
+        for _ in range(max_steps):
+            actions, outputs = agent.act(observations, states, timestep=timestep, timesteps=timesteps)
+            observations, rewards, terminated, truncated, _ = env.step(outputs.get(MEAN_ACTIONS_KEY, actions))
+            states = env.state()
+            uids = list(rewards)
+            reward = sum(rewards[uid].view(-1).float().cpu() for uid in uids) / len(uids)
+            returns += torch.where(ended, 0.0, reward)
+            for uid in uids:
+                ended |= (terminated[uid] | truncated[uid]).view(-1).cpu()
+            if bool(ended.all()):
+                break
+    agent.enable_training_mode(True)
+    if not bool(ended.all()):
+        raise RuntimeError(
+            f"evaluation: {int((~ended).sum())} of {env.num_envs} episodes did not end in {max_steps} steps"
+        )
+    return float(returns.mean())
+
+
+def train_with_evaluation(trainer, eval_env, *, timesteps: int, points: int) -> tuple[dict[str, Any], float, float]:
+    """Train as skrl's ``SequentialTrainer.train`` does (each step :func:`skrl_marl_ext.trainers.interact`), with
+    :func:`deterministic_return` on ``eval_env`` at :func:`evaluation_steps`; returns the evaluation curve (frames of
+    the training env, returns, episodes per point) and the seconds (wall, CPU) the evaluations took."""
+    from skrl_marl_ext.trainers import interact
+
+    agent, env = trainer.agents, trainer.env
+    at = set(evaluation_steps(timesteps=timesteps, points=points))
+    curve: dict[str, Any] = {"frames": [], "returns": [], "episodes": eval_env.num_envs}
+    seconds = cpu_seconds = 0.0
+    agent.enable_training_mode(True)
+    observations, _ = env.reset()
+    states = env.state()
+    for timestep in range(timesteps):
+        step = interact(agent, env, observations, states, timestep=timestep, timesteps=timesteps)
+        observations, states = step.next_observations, step.next_states  # the batched envs reset copies in place
+        if timestep + 1 in at:
+            start, cpu_start = time.perf_counter(), time.process_time()
+            value = deterministic_return(agent, eval_env, timestep=timestep, timesteps=timesteps)
+            seconds += time.perf_counter() - start
+            cpu_seconds += time.process_time() - cpu_start
+            curve["frames"].append((timestep + 1) * env.num_envs)
+            curve["returns"].append(float(f"{value:.6g}"))
+    return curve, seconds, cpu_seconds
 
 
 def mean_return(episodes: list[tuple[int, dict[str, float]]]) -> float:
@@ -485,23 +716,48 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     skrl.logger.setLevel(logging.WARNING)
     from skrl_marl_ext.envs import EpisodeRecorder, make_env
 
-    variant = VARIANTS[job["algo"]]
+    variant = variants_for(job["task"])[job["algo"]]
+    env_kwargs = job.get("env_kwargs") or {}
     start = time.perf_counter()
-    env = EpisodeRecorder(make_env(job["task"], num_envs=job["num_envs"], device=job["device"], seed=job["seed"]))
+    env = EpisodeRecorder(
+        make_env(job["task"], num_envs=job["num_envs"], device=job["device"], seed=job["seed"], **env_kwargs)
+    )
+    evaluate = job.get("eval_episodes", 0) > 0
+    if evaluate:  # envs of their own, seeded apart from the training envs
+        eval_seed = job["seed"] + EVAL_SEED_OFFSET
+        eval_env = make_env(
+            job["task"], num_envs=job["eval_episodes"], device=job["device"], seed=eval_seed, **env_kwargs
+        )
+    extra = {"config": job["config"]} if variant.builder == "runner" and "config" in job else {}
     with tempfile.TemporaryDirectory(prefix="learning_study_") as directory:
         trainer = BUILDERS[variant.builder](
-            env, variant=variant, seed=job["seed"], timesteps=job["timesteps"], directory=directory
+            env, variant=variant, seed=job["seed"], timesteps=job["timesteps"], directory=directory, **extra
         )
         setup = time.perf_counter() - start
-        start = time.perf_counter()
-        trainer.train()
-        wall = time.perf_counter() - start
+        start, cpu_start = time.perf_counter(), time.process_time()
+        if evaluate:
+            eval_curve, eval_seconds, eval_cpu_seconds = train_with_evaluation(
+                trainer, eval_env, timesteps=job["timesteps"], points=job["eval_points"]
+            )
+        else:
+            trainer.train()
+        wall = time.perf_counter() - start - (eval_seconds if evaluate else 0.0)
+        cpu = time.process_time() - cpu_start - (eval_cpu_seconds if evaluate else 0.0)
         leftovers = [name for name in os.listdir(directory) if name != "run"] + (
             os.listdir(os.path.join(directory, "run")) if os.path.isdir(os.path.join(directory, "run")) else []
         )
     episodes = env.episodes
     tenth = max(1, len(episodes) // 10)
     curve = binned_curve(episodes, timesteps=job["timesteps"], num_envs=job["num_envs"], bins=job["bins"])
+    evaluation = {}
+    if evaluate:
+        eval_env.close()
+        evaluation = {
+            "eval_return": f"{eval_curve['returns'][-1]:.6g}",
+            "eval_curve": json.dumps(eval_curve, separators=(",", ":")),
+            "eval_seconds": f"{eval_seconds:.1f}",
+            "cpu_seconds": f"{cpu:.1f}",
+        }
     return {
         "task": job["task"],
         "algo": job["algo"],
@@ -521,6 +777,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "versions": f"skrl {skrl.__version__}, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "curve": json.dumps(curve, separators=(",", ":")),
+        **evaluation,
         "_leftovers": leftovers,
     }
 
@@ -542,29 +799,61 @@ def code_version() -> str:
         return "unknown"
 
 
+def csv_columns(path: str) -> tuple[str, ...] | None:
+    """The columns of the CSV at ``path`` (None for a missing or empty file): :data:`COLUMNS`, or those and
+    :data:`EVAL_COLUMNS`.
+
+    :raises SystemExit: On other columns.
+    """
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return None
+    with open(path, newline="") as file:
+        header = tuple(next(csv.reader(file), ()))
+    if header not in (COLUMNS, COLUMNS + EVAL_COLUMNS):
+        raise SystemExit(
+            f"learning_study: {path} has columns {list(header)}, this script writes {list(COLUMNS)} (and "
+            f"{list(EVAL_COLUMNS)} with evaluation); use another --csv"
+        )
+    return header
+
+
 def read_rows(path: str) -> list[dict[str, str]]:
-    if not os.path.isfile(path):
+    """The complete rows of the CSV at ``path``: a last line without its newline (a write cut short) is left out."""
+    if csv_columns(path) is None:
         return []
     with open(path, newline="") as file:
-        reader = csv.DictReader(file)
-        if reader.fieldnames and tuple(reader.fieldnames) != COLUMNS:
-            raise SystemExit(
-                f"learning_study: {path} has columns {reader.fieldnames}, this script writes {list(COLUMNS)}; "
-                "use another --csv"
-            )
-        return list(reader)
+        text = file.read()
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 def append_row(path: str, row: dict[str, Any]) -> None:
+    """Append ``row`` to the CSV at ``path`` (with the header when the file is new: the evaluation columns when the row
+    has them) in one ``write`` and ``fsync``; a last line left without its newline by a write cut short is cut off
+    first, so a killed study never leaves half a row before the next one."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    new = not os.path.isfile(path) or os.path.getsize(path) == 0
-    with open(path, "a", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=COLUMNS, extrasaction="ignore")
-        if new:
-            writer.writeheader()
-        writer.writerow(row)
-        file.flush()
-        os.fsync(file.fileno())
+    columns = csv_columns(path)
+    wanted = COLUMNS + EVAL_COLUMNS if "eval_return" in row else COLUMNS
+    if columns is not None and columns != wanted:
+        raise SystemExit(
+            f"learning_study: {path} has columns {list(columns)}, the row {list(wanted)}; use another --csv"
+        )
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=wanted, extrasaction="ignore", lineterminator="\n")
+    if columns is None:
+        writer.writeheader()
+    writer.writerow(row)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(descriptor).st_size
+        if columns is not None and size and os.pread(descriptor, 1, size - 1) != b"\n":
+            with open(path, "rb") as file:  # the last line is cut: keep up to the newline before it
+                os.ftruncate(descriptor, file.read().rfind(b"\n") + 1)
+        os.write(descriptor, text.getvalue().encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def row_key(row: dict[str, Any]) -> tuple[str, str, int, int, str]:
@@ -574,28 +863,37 @@ def row_key(row: dict[str, Any]) -> tuple[str, str, int, int, str]:
 def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The runs asked for, seeds outermost (so a partial study has every algo at the first seeds)."""
     jobs = []
-    timesteps = args.timesteps if args.frames is None else max(1, -(-args.frames // args.num_envs))
     code = code_version()
     for task in args.tasks:
         for seed in args.seeds:
             for algo in args.algos:
+                variant = variants_for(task)[algo]
+                num_envs = variant.num_envs or args.num_envs
+                timesteps = args.timesteps if args.frames is None else max(1, -(-args.frames // num_envs))
+                evaluation = {}
+                if is_mamujoco(task):
+                    evaluation = {"eval_episodes": args.eval_episodes, "eval_points": args.eval_points}
                 description = run_description(
-                    VARIANTS[algo], task=task, num_envs=args.num_envs, timesteps=timesteps, tag=args.tag
+                    variant, task=task, num_envs=num_envs, timesteps=timesteps, tag=args.tag, **evaluation
                 )
+                extra = {}
+                if is_mamujoco(task):  # the worker builds the config that was hashed
+                    extra = {"env_kwargs": description["env_kwargs"], "config": description["config"], **evaluation}
                 jobs.append(
                     {
                         "task": task,
                         "algo": algo,
                         "seed": seed,
-                        "num_envs": args.num_envs,
+                        "num_envs": num_envs,
                         "timesteps": timesteps,
-                        "frames": args.num_envs * timesteps,
+                        "frames": num_envs * timesteps,
                         "config_hash": config_hash(description),
                         "tag": args.tag,
                         "device": args.device,
                         "threads": args.threads,
                         "bins": args.bins,
                         "code": code,
+                        **extra,
                     }
                 )
     return jobs
@@ -616,6 +914,14 @@ def study(args: argparse.Namespace) -> int:
     print(f"{len(todo)} runs to do, {len(jobs) - len(todo)} already done; {at_a_time} at a time", flush=True)
     if not todo:
         return 0
+    evaluated = {job.get("eval_episodes", 0) > 0 for job in todo}
+    columns = csv_columns(args.csv)
+    if len(evaluated) > 1 or (columns is not None and (columns != COLUMNS) != evaluated.pop()):
+        raise SystemExit(
+            f"learning_study: runs with deterministic evaluation (MaMuJoCo tasks) and runs without go to CSVs of "
+            f"their own ({args.csv} holds {'no ' if columns == COLUMNS else ''}evaluation columns); run them with "
+            "separate --csv files"
+        )
     if args.threads > 0:  # children start OpenMP/MKL with this many threads (torch.set_num_threads does the rest)
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[name] = str(args.threads)
@@ -758,18 +1064,24 @@ def report(args: argparse.Namespace) -> int:
     if not rows:
         print(f"learning_study: no runs in {args.csv}", file=sys.stderr)
         return 1
-    # one table per (task, frames, num_envs); a variant run with several configs (tags) gets one line each
+    # one table per (task, frames, num_envs), MaMuJoCo's per (task, frames) (its variants' envs differ); a variant
+    # run with several configs (tags) gets one line each
     groups: dict[tuple[str, int, int], dict[tuple[str, str, str], list[dict[str, str]]]] = {}
     for row in rows:
-        group = groups.setdefault((row["task"], int(row["frames"]), int(row["num_envs"])), {})
+        envs = 0 if is_mamujoco(row["task"]) else int(row["num_envs"])
+        group = groups.setdefault((row["task"], int(row["frames"]), envs), {})
         group.setdefault((row["algo"], row["tag"], row["config_hash"]), []).append(row)
     budgets_per_task: dict[str, int] = {}
     for task, _, _ in groups:
         budgets_per_task[task] = budgets_per_task.get(task, 0) + 1
 
-    order = {name: i for i, name in enumerate(VARIANTS)}
     for (task, frames, num_envs), lines in sorted(groups.items()):
+        order = {name: i for i, name in enumerate(variants_for(task))}
         keys = sorted(lines, key=lambda k: (order.get(k[0], len(order)), k[0], k[1], k[2]))
+        if is_mamujoco(task):
+            name = f"learning_{_slug(task)}" + (f"_{frames}" if budgets_per_task[task] > 1 else "") + ".png"
+            report_mamujoco(task, frames, lines, keys, path=os.path.join(args.images_dir, name))
+            continue
         labels = {}
         for algo, tag, digest in keys:
             label = algo + (f" [{tag}]" if tag else "")
@@ -832,7 +1144,107 @@ def report(args: argparse.Namespace) -> int:
     return 0
 
 
-def plot_group(curves, labels, *, path: str, title: str, target: float | None) -> None:
+def _labels(keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:
+    """``algo [tag]``, with the config hash where one (algo, tag) was run with several configs."""
+    labels = {}
+    for algo, tag, digest in keys:
+        label = algo + (f" [{tag}]" if tag else "")
+        if sum(1 for a, t, _ in keys if (a, t) == (algo, tag)) > 1:
+            label += f" ({digest})"
+        labels[(algo, tag, digest)] = label
+    return labels
+
+
+def report_mamujoco(task: str, frames: int, lines: dict, keys: list[tuple[str, str, str]], *, path: str) -> None:
+    """A MaMuJoCo task's table (deterministic evaluation and training returns, 95% intervals over seeds) and plot
+    (training curves, evaluation points)."""
+    from bench_common import markdown_table
+
+    labels = _labels(keys)
+    evaluated = [key for key in keys if all(r.get("eval_curve") for r in lines[key])]
+    curves = {key: mean_curve(lines[key]) for key in keys}
+    eval_curves = {key: mean_curve([{"curve": r["eval_curve"]} for r in lines[key]]) for key in evaluated}
+    reference = [key for key in evaluated if key[0] == MAMUJOCO_REFERENCE]
+    target = interval([float(r["eval_return"]) for r in lines[reference[0]]])[0] if reference else None
+    table = []
+    for key in keys:
+        runs = sorted(lines[key], key=lambda r: int(r["seed"]))
+        evals = [float(r["eval_return"]) for r in runs] if key in evaluated else []
+        mean, low, high = interval(evals) if evals else (float("nan"),) * 3
+        train, train_low, train_high = interval([float(r["final_return"]) for r in runs])
+        seconds = sum(float(r["wall_seconds"]) for r in runs) / len(runs)
+        cpu = sum(float(r.get("cpu_seconds") or "nan") for r in runs) / len(runs)
+        table.append(
+            [
+                labels[key],
+                len(runs),
+                runs[0]["num_envs"],
+                _fmt(mean, 0),
+                f"[{_fmt(low, 0)}, {_fmt(high, 0)}]",
+                " ".join(f"{v:.0f}" for v in evals) or "-",
+                _fmt(train, 0),
+                f"[{_fmt(train_low, 0)}, {_fmt(train_high, 0)}]",
+                "-" if target is None or key not in evaluated else frames_to_reach(eval_curves[key], target),
+                f"{seconds:.0f}",
+                _fmt(cpu * 1e6 / frames / 60, 1),
+            ]
+        )
+    first = json.loads(lines[evaluated[0]][0]["eval_curve"]) if evaluated else {"frames": [], "episodes": 0}
+    points, episodes = len(first["frames"]), first["episodes"]
+    print(f"\n### {task}: {frames:,} frames per run\n")
+    reach = (
+        f"frames to reach {MAMUJOCO_REFERENCE}'s eval mean ({_fmt(target, 0)})"
+        if target is not None
+        else "frames to reach"
+    )
+    header = [
+        "algo",
+        "n",
+        "envs",
+        "eval return",
+        "95% CI",
+        "per seed",
+        "train return",
+        "95% CI",
+        reach,
+        "train s/run",
+        "CPU min/1M frames",
+    ]
+    print(markdown_table(header, table))
+    print(
+        f"\neval return: mean return per agent (the team's reward, as HARL reports it) of {episodes} episodes (one in "
+        "each of the run's evaluation envs) with the policies' mean actions at the end of training, mean over seeds; "
+        "train return: "
+        "the same over the last 10% of the training episodes (sampled actions); 95% CI: Student's t over seeds; frames "
+        f"to reach: first of the {points} evaluation points of the mean evaluation curve at or above the target; train "
+        "s/run: wall time of the training loop without the evaluations; CPU min/1M frames: its CPU time per million "
+        "frames (one torch thread; not inflated by other processes on the machine)."
+    )
+    plot_group(
+        curves,
+        labels,
+        path=path,
+        title=f"{task}, {frames:,} frames per run",
+        target=target,
+        eval_curves=eval_curves,
+        reference=MAMUJOCO_REFERENCE,
+    )
+    print(f"\nplot: {path}")
+
+
+def plot_group(
+    curves,
+    labels,
+    *,
+    path: str,
+    title: str,
+    target: float | None,
+    eval_curves: dict | None = None,
+    reference: str = REFERENCE,
+) -> None:
+    """Mean training curve per line, a band from the min to the max over seeds; with ``eval_curves``, the mean
+    evaluation returns as dashed lines with markers in the line's colour, and ``target`` as the reference's final
+    evaluation mean."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -843,11 +1255,18 @@ def plot_group(curves, labels, *, path: str, title: str, target: float | None) -
     for key, (xs, mean, low, high) in curves.items():
         (line,) = ax.plot(xs, mean, linewidth=1.8, label=labels[key])
         ax.fill_between(xs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        if eval_curves and key in eval_curves:
+            ex, emean = eval_curves[key][:2]
+            ax.plot(ex, emean, color=line.get_color(), linestyle="--", marker=".", linewidth=1.0)
     if target is not None:
-        ax.axhline(target, color="gray", linestyle=":", linewidth=1.0, label=f"{REFERENCE} final mean")
+        final = "final eval mean" if eval_curves else "final mean"
+        ax.axhline(target, color="gray", linestyle=":", linewidth=1.0, label=f"{reference} {final}")
     ax.set_xlabel("env frames (steps x envs)")
     ax.set_ylabel("episode return per agent")
-    ax.set_title(f"{title}\nmean over seeds, band: min-max over seeds", fontsize=10)
+    subtitle = "mean over seeds, band: min-max over seeds" + (
+        "; dashed: deterministic evaluation" if eval_curves else ""
+    )
+    ax.set_title(f"{title}\n{subtitle}", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -862,10 +1281,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-        epilog="Variants: " + "; ".join(f"{name}: {v.note}" for name, v in VARIANTS.items()),
+        epilog="Variants: "
+        + "; ".join(f"{name}: {v.note}" for name, v in VARIANTS.items())
+        + ". On MaMuJoCo tasks: "
+        + "; ".join(f"{name}: {v.note}" for name, v in MAMUJOCO_VARIANTS.items()),
     )
-    parser.add_argument("--tasks", default=TASKS[0], help=f"comma-separated env specs, e.g. {','.join(TASKS)}")
-    parser.add_argument("--algos", default=",".join(DEFAULT_ALGOS), help=f"comma-separated of {','.join(VARIANTS)}")
+    parser.add_argument(
+        "--tasks", default=TASKS[0], help=f"comma-separated env specs, e.g. {','.join(TASKS + MAMUJOCO_TASKS)}"
+    )
+    parser.add_argument(
+        "--algos",
+        default=None,
+        help=f"comma-separated of {','.join(VARIANTS)}; on MaMuJoCo tasks of {','.join(MAMUJOCO_VARIANTS)} "
+        f"(default: {','.join(DEFAULT_ALGOS)}; on MaMuJoCo {','.join(MAMUJOCO_ALGOS)})",
+    )
     parser.add_argument("--seeds", default="0", help="comma-separated seeds, or a range such as 0-4")
     parser.add_argument("--num-envs", type=int, default=128, help="envs stepped as one batch")
     parser.add_argument("--timesteps", type=int, default=4000, help="env steps per run (frames = steps x envs)")
@@ -875,16 +1304,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (one process each)")
     parser.add_argument("--bins", type=int, default=20, help="bins of the stored learning curve")
     parser.add_argument("--tag", default="", help="free text stored with the runs and part of the config hash")
-    parser.add_argument("--csv", default=DEFAULT_CSV, help="results file (appended to; read by --report)")
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=EVAL_EPISODES,
+        help="MaMuJoCo tasks: deterministic episodes per evaluation point (one per evaluation env); 0: none",
+    )
+    parser.add_argument(
+        "--eval-points", type=int, default=EVAL_POINTS, help="MaMuJoCo tasks: evaluations per run, the last at its end"
+    )
+    parser.add_argument(
+        "--csv",
+        default=None,
+        help="results file (appended to; read by --report) (default: benchmarks/results/learning_study.csv; for "
+        "MaMuJoCo tasks learning_mamujoco.csv beside it)",
+    )
     parser.add_argument("--in-process", action="store_true", help="run in this process, one after another (debug)")
     parser.add_argument("--report", action="store_true", help="no training: tables and plots from --csv")
     parser.add_argument("--images-dir", default=DEFAULT_IMAGES, help="where --report writes learning_<task>.png")
     args = parser.parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    mamujoco = {is_mamujoco(task) for task in args.tasks}
+    if args.csv is None:
+        if len(mamujoco) > 1:
+            parser.error("MaMuJoCo tasks and others write different CSVs: run them apart, or give --csv")
+        args.csv = MAMUJOCO_CSV if mamujoco == {True} else DEFAULT_CSV
+    if args.algos is None:
+        args.algos = ",".join(MAMUJOCO_ALGOS if mamujoco == {True} else DEFAULT_ALGOS)
     args.algos = [a.strip() for a in args.algos.split(",") if a.strip()]
-    unknown = [a for a in args.algos if a not in VARIANTS]
-    if unknown:
-        parser.error(f"unknown --algos {unknown}; choose from {', '.join(VARIANTS)}")
+    for task in args.tasks:
+        variants = variants_for(task)
+        unknown = [a for a in args.algos if a not in variants]
+        if unknown:
+            parser.error(f"unknown --algos {unknown} for {task}; choose from {', '.join(variants)}")
     seeds = []
     for part in args.seeds.split(","):
         low, sep, high = part.strip().partition("-")
@@ -894,6 +1346,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--num-envs, --timesteps, --frames and --jobs must be positive")
     if args.bins < 1:
         parser.error("--bins must be positive")
+    if args.eval_episodes < 0 or args.eval_points < 1:
+        parser.error("--eval-episodes must be 0 or more, --eval-points positive")
     return args
 
 

@@ -726,8 +726,8 @@ def _check_experiment(section: dict[str, Any], *, owner: str, cfg_class: type) -
 def check_models(
     section: Any, *, models: Mapping[str, Any], allow_null: bool = False, activations: Iterable[str] = ()
 ) -> dict[str, Any]:
-    """The ``models`` section: ``separate``/``share_across_agents`` flags and one section per model role, each with a
-    known ``class`` (written back as the table spells it) and arguments of that class.
+    """The ``models`` section: ``separate``/``share_across_agents``/``team_critic`` flags and one section per model
+    role, each with a known ``class`` (written back as the table spells it) and arguments of that class.
 
     :param models: Model class name -> the function or class whose signature lists its arguments.
     :param allow_null: Roles may be null (MADDPG: a left-out critic_2).
@@ -741,7 +741,7 @@ def check_models(
     fitted: dict[str, Any] = {}
     for role, value in section.items():
         where = f"models.{role}"
-        if role in ("separate", "share_across_agents"):
+        if role in ("separate", "share_across_agents", "team_critic"):
             fitted[role] = check_value(where, value, bool)
             continue
         if not (isinstance(role, str) and role.isidentifier() and not keyword.iskeyword(role)):

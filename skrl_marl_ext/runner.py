@@ -26,6 +26,8 @@ Additions, all optional in the YAML:
   beside skrl's ``RunningStandardScaler``.
 - ``models: share_across_agents: true``: agents with equal observation, state and action spaces get the *same* model
   objects (parameter sharing), which this package's agents train as one batch.
+- ``models: team_critic: true`` (HAPPO): every agent gets the *same* value model object, each its own policy: HARL's
+  one critic for the team (:class:`~skrl_marl_ext.HAPPO`, "A team critic"). The agents' state spaces must be equal.
 - MADDPG: the ``critic`` (and ``target_critic``) models are built with ``state_space`` the env's state space (the
   agents' observations concatenated when the env has none) and ``action_space`` the joint action space
   (:func:`~skrl_marl_ext.models.joint_action_space`), so skrl's instantiators size ``concatenate([STATES,
@@ -104,6 +106,7 @@ def load_algorithm(name: str) -> tuple[type, type]:
 
 
 SHARE_KEY = "share_across_agents"
+TEAM_CRITIC_KEY = "team_critic"
 
 
 def _policy(name: str, box: type, discrete: type, action_space, **kwargs):
@@ -249,13 +252,22 @@ class Runner(SkrlRunner):
         cfg = copy.deepcopy(cfg)
         models_cfg = cfg.setdefault("models", {})
         share = bool(models_cfg.pop(SHARE_KEY, False))
+        team_critic = bool(models_cfg.pop(TEAM_CRITIC_KEY, False))
+        if team_critic and self._algorithm != "happo":
+            raise ValueError(
+                f"Runner: models.team_critic is HAPPO's (one value model for agents with policies of their own); "
+                f"{self._algorithm.upper()} trains a shared value model only with a shared policy: set "
+                "models.share_across_agents: true instead"
+            )
         if models_cfg.get("separate") is None:
             models_cfg["separate"] = True
         if self._algorithm == "maddpg":
             models = self._generate_maddpg_models(env, models_cfg)
         else:
             models = super()._generate_models(env, cfg)
-        return _share_models(env, models) if share else models
+        if share:
+            models = _share_models(env, models)
+        return _team_critic(env, models) if team_critic else models
 
     def _generate_maddpg_models(self, env: MultiAgentEnvWrapper, models_cfg: dict[str, Any]) -> dict[str, dict]:
         """Per agent ``policy``, ``target_policy``, ``critic``, ``target_critic``, and ``critic_2``,
@@ -382,3 +394,16 @@ def _share_models(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) 
         else:
             models[uid] = models[owner]
     return models
+
+
+def _team_critic(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every agent takes the first agent's value model (HAPPO's team critic); the others built are dropped."""
+    first = env.possible_agents[0]
+    differ = [uid for uid in env.possible_agents if env.state_spaces.get(uid) != env.state_spaces.get(first)]
+    if differ:
+        raise ValueError(
+            f"Runner: models.team_critic gives every agent {first}'s value model, but the state spaces of {differ} "
+            f"differ from {first}'s; give each agent a value model of its own (team_critic: false)"
+        )
+    critic = models[first]["value"]
+    return {uid: {**roles, "value": critic} for uid, roles in models.items()}

@@ -101,3 +101,48 @@ def test_the_command_trains_on_mamujoco_and_writes_nothing_into_the_working_dire
     with open(run_dir / "episodes.csv") as f:
         assert len(list(csv.DictReader(f))) == 4  # 2 envs x 2 episodes of 8 steps
     assert (run_dir / "checkpoints" / "final.pt").is_file()
+
+
+def _shipped(name, *, num_envs=2, **env_kwargs):
+    """The package's config ``name`` through our Runner on HalfCheetah 2x3 (HARL's agent_obsk=0), quiet."""
+    from skrl_marl_ext.cli.config import load_config
+    from skrl_marl_ext.runner import Runner
+
+    env = make_env("mamujoco:HalfCheetah-2x3", num_envs=num_envs, seed=0, agent_obsk=0, **env_kwargs)
+    cfg = load_config(name)
+    cfg["agent"]["experiment"] = {"write_interval": 0, "checkpoint_interval": 0}
+    cfg["trainer"].update(timesteps=4, disable_progressbar=True)
+    return Runner(env, cfg)
+
+
+def test_the_shipped_mamujoco_configs_build_harls_agents():
+    happo = _shipped("happo_mamujoco").agent
+    uids = happo.possible_agents
+    assert type(happo).__name__ == "HAPPO" and happo.cfg.update_order == "random"
+    assert happo.team_critic is happo.models[uids[0]]["value"] is happo.models[uids[1]]["value"]  # one critic
+    assert happo.models[uids[0]]["policy"] is not happo.models[uids[1]]["policy"]  # a policy per agent
+    for uid in uids:  # HARL's tuned values, in this package's fields
+        assert happo.cfg.value_for("learning_epochs", uid) == 15 and happo.cfg.value_for("mini_batches", uid) == 1
+        assert happo.cfg.value_for("ratio_clip", uid) == 0.05 and happo.cfg.value_for("optimizer_eps", uid) == 1e-5
+        assert happo.cfg.value_for("grad_norm_clip_mode", uid) == "separate"
+    layers = [m for m in happo.models[uids[0]]["policy"].net if isinstance(m, torch.nn.Linear)]
+    assert [layer.out_features for layer in layers] == [128, 128, 128, 3]
+    assert isinstance(happo.models[uids[0]]["policy"].net[1], torch.nn.ReLU)
+
+    mappo = _shipped("mappo_mamujoco").agent
+    assert type(mappo).__name__ == "MAPPO" and len(mappo.groups) == 1  # one policy and critic for both agents
+    assert mappo.models[uids[0]]["policy"] is mappo.models[uids[1]]["policy"]
+
+    maddpg = _shipped("maddpg_mamujoco").agent
+    assert type(maddpg).__name__ == "MADDPG" and "critic_2" not in maddpg.models[uids[0]]  # MADDPG, not MATD3
+    assert maddpg.cfg.batch_size == 1000 and maddpg.cfg.gradient_steps == 1
+
+
+def test_the_command_trains_with_a_shipped_config_by_its_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--env", "mamujoco:HalfCheetah-2x3", "--env-arg", "agent_obsk=0", "--config", "happo_mamujoco"]
+    argv += ["--env-arg", "max_episode_steps=8", "--num-envs", "2", "--timesteps", "16", "--no-progress"]
+    argv += ["--out", str(tmp_path), "agent.rollouts=8", "agent.learning_epochs=2"]
+    assert cli.main(argv) == 0
+    (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    assert (run_dir / "checkpoints" / "final.pt").is_file()

@@ -271,6 +271,34 @@ def test_a_team_critic_needs_one_value_of_its_update_fields():
         _happo(env, models, {"learning_epochs": epochs})
 
 
+def _runner_cfg(algo, **models):
+    from skrl_marl_ext.cli.config import default_config
+
+    cfg = default_config(algo)
+    cfg["models"].update(models)
+    cfg["agent"].update(experiment=QUIET, rollouts=4)
+    cfg["trainer"].update(timesteps=8, disable_progressbar=True)
+    return cfg
+
+
+def test_the_runners_team_critic_flag_gives_every_agent_one_value_model():
+    from skrl_marl_ext.runner import Runner
+
+    torch.manual_seed(0)
+    env = spread(num_envs=4)
+    runner = Runner(env, _runner_cfg("happo", team_critic=True))
+    agent = runner.agent
+    assert agent.team_critic is not None
+    assert all(agent.models[uid]["value"] is agent.team_critic for uid in env.possible_agents)
+    assert len({id(agent.models[uid]["policy"]) for uid in env.possible_agents}) == len(env.possible_agents)
+    runner.run("train")
+    assert agent.progress.updates == 2
+    # MAPPO and IPPO train a shared value model only with a shared policy: the flag is refused, naming the way
+    for algo in ("mappo", "ippo"):
+        with pytest.raises(ValueError, match="team_critic is HAPPO's.*share_across_agents"):
+            Runner(env, _runner_cfg(algo, team_critic=True))
+
+
 def test_a_team_critic_round_trips_through_a_checkpoint(tmp_path):
     torch.manual_seed(0)
     env = spread(num_envs=4)

@@ -40,12 +40,25 @@ def default_config(algo: str) -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+def shipped_configs() -> list[str]:
+    """Names of the Runner configs in ``skrl_marl_ext/configs`` (``happo_mamujoco``, ...), as ``--config`` takes them."""
+    folder = resources.files("skrl_marl_ext").joinpath("configs")
+    return sorted(item.name.removesuffix(".yaml") for item in folder.iterdir() if item.name.endswith(".yaml"))
+
+
 def load_config(path: str) -> dict[str, Any]:
-    """Read a Runner YAML file; raise :class:`UsageError` naming the problem."""
+    """Read a Runner YAML file, or the package's config of that name (``happo_mamujoco``) where no such file exists;
+    raise :class:`UsageError` naming the problem."""
     import yaml
 
     if not os.path.isfile(path):
-        raise UsageError(f"--config {path}: no such file")
+        name = path.removesuffix(".yaml")
+        if name not in shipped_configs():
+            raise UsageError(
+                f"--config {path}: no such file, nor a config of the package ({', '.join(shipped_configs())})"
+            )
+        text = resources.files("skrl_marl_ext").joinpath("configs", f"{name}.yaml").read_text()
+        return yaml.safe_load(text)
     try:
         with open(path) as file:
             cfg = yaml.safe_load(file)

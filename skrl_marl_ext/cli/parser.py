@@ -102,8 +102,9 @@ def _add_model_options(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--config",
         default=None,
-        help="skrl Runner YAML with models, memory, agent and trainer sections "
-        "(default: the package's skrl_marl_ext/configs/<algo>.yaml)",
+        help="skrl Runner YAML with models, memory, agent and trainer sections, or the name of one the package ships "
+        "in skrl_marl_ext/configs, e.g. happo_mamujoco (HARL's tuned MaMuJoCo values) (default: the package's "
+        "<algo>.yaml)",
     )
     t.add_argument(
         "--shared-policy",

@@ -1,0 +1,91 @@
+"""``benchmarks/learning_study.py``: its CSV rows are appended whole (a kill leaves no half row), and its MaMuJoCo
+runs (the shipped HARL configs, per-variant envs, deterministic evaluation) plan, train and report."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def study(monkeypatch):
+    """The module, with ``benchmarks/`` on the path while the test runs (its report imports ``bench_common``)."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import learning_study
+
+    yield learning_study
+    sys.modules.pop("learning_study", None)
+
+
+def _row(study, **values):
+    row = dict.fromkeys(study.COLUMNS, "0")
+    row.update(task="vmas:balance", algo="mappo", config_hash="abc", tag="", curve='{"frames":[1],"returns":[2]}')
+    row.update(values)
+    return row
+
+
+def test_a_row_cut_short_is_not_read_and_is_cut_off_before_the_next(study, tmp_path):
+    path = str(tmp_path / "rows.csv")
+    study.append_row(path, _row(study, seed="0"))
+    study.append_row(path, _row(study, seed="1"))
+    whole = Path(path).read_bytes()
+    Path(path).write_bytes(whole + whole.splitlines(keepends=True)[-1][:25])  # a kill in the middle of a write
+    assert [row["seed"] for row in study.read_rows(path)] == ["0", "1"]
+    study.append_row(path, _row(study, seed="2"))
+    assert [row["seed"] for row in study.read_rows(path)] == ["0", "1", "2"]
+    assert Path(path).read_bytes().startswith(whole) and Path(path).read_bytes().count(b"\n") == 4
+
+
+def test_rows_with_and_without_evaluation_go_to_csvs_of_their_own(study, tmp_path):
+    path = str(tmp_path / "rows.csv")
+    study.append_row(path, _row(study, eval_return="1", eval_curve="{}", eval_seconds="0", cpu_seconds="0"))
+    with open(path, newline="") as file:
+        assert tuple(next(csv.reader(file))) == study.COLUMNS + study.EVAL_COLUMNS
+    with pytest.raises(SystemExit, match="use another --csv"):
+        study.append_row(path, _row(study))
+
+
+def test_mamujoco_tasks_take_the_shipped_harl_configs(study):
+    args = study.parse_args(["--tasks", ",".join(study.MAMUJOCO_TASKS), "--seeds", "0", "--frames", "2000000"])
+    assert args.csv == study.MAMUJOCO_CSV and args.algos == list(study.MAMUJOCO_ALGOS)
+    jobs = {(job["task"], job["algo"]): job for job in study.plan(args)}
+    assert all(job["frames"] == 2_000_000 for job in jobs.values())
+    happo, maddpg = jobs["mamujoco:HalfCheetah-2x3", "happo"], jobs["mamujoco:HalfCheetah-2x3", "maddpg"]
+    assert (happo["num_envs"], maddpg["num_envs"]) == (20, 10)  # HARL's rollout threads
+    assert happo["config"]["models"]["team_critic"] and happo["env_kwargs"] == {"agent_obsk": 0}
+    assert jobs["mamujoco:HalfCheetah-2x3", "mappo"]["config"]["models"]["share_across_agents"]
+    assert not jobs["mamujoco:HalfCheetah-2x3", "mappo-own"]["config"]["models"]["share_across_agents"]
+    ippo = jobs["mamujoco:HalfCheetah-2x3", "ippo"]["config"]
+    assert ippo["agent"]["class"] == "IPPO" and ippo["models"]["value"]["input"] == "observations"
+    walker = jobs["mamujoco:Walker2d-2x3", "happo"]["config"]["agent"]  # HARL's Walker2d values, lr decay to 0
+    assert (walker["learning_epochs"], walker["mini_batches"], walker["learning_rate"]) == (5, 2, 1e-3)
+    assert walker["learning_rate_scheduler_kwargs"]["total_iters"] == 100_000 // 200 * 5
+    assert jobs["mamujoco:HalfCheetah-6x1", "happo"]["config"]["agent"]["learning_epochs"] == 15
+    assert len({job["config_hash"] for job in jobs.values()}) == len(jobs)
+    assert study.evaluation_steps(timesteps=100_000, points=20)[::19] == [5000, 100_000]
+    # elsewhere the names keep their meaning: "mappo" is the on-policy builder with the CLI's defaults
+    assert study.variants_for("vmas:balance")["mappo"].builder == "on_policy"
+    with pytest.raises(SystemExit):
+        study.parse_args(["--tasks", "vmas:balance", "--algos", "mappo-own"])
+
+
+def test_a_mamujoco_run_writes_its_evaluation_and_the_report_draws_it(study, tmp_path, capsys):
+    path = str(tmp_path / "mamujoco.csv")
+    argv = ["--tasks", "mamujoco:HalfCheetah-2x3", "--algos", "mappo", "--seeds", "0", "--timesteps", "8"]
+    argv += ["--eval-episodes", "2", "--eval-points", "2", "--csv", path, "--in-process", "--bins", "2"]
+    assert study.main(argv) == 0
+    (row,) = study.read_rows(path)
+    curve = json.loads(row["eval_curve"])
+    assert curve["frames"] == [80, 160] and curve["episodes"] == 2 and len(curve["returns"]) == 2
+    assert float(row["eval_return"]) == curve["returns"][-1] and float(row["cpu_seconds"]) >= 0.0
+    assert study.main(argv) == 0 and len(study.read_rows(path)) == 1  # done runs are skipped
+    assert study.main(["--report", "--csv", path, "--images-dir", str(tmp_path)]) == 0
+    assert "| mappo | 1 | 20 |" in capsys.readouterr().out
+    assert (tmp_path / "learning_mamujoco-HalfCheetah-2x3.png").is_file()
