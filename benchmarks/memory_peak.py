@@ -288,8 +288,9 @@ CONFIGS = {
     "8-agents": Config("8-agents", 8, 64, 512, 4, (256, 256), "elu", 24, 5, 4, False),
 }
 """Isaac Lab's Shadow-Handover MAPPO config (its sizes, models and schedule), and 8 agents sharing one large state."""
-AGENTS = ("skrl", "ours-batched", "ours-one-by-one")
-"""skrl's MAPPO; ours with ``batch_agent_models=True`` (batched where the config allows it); ours with False."""
+AGENTS = ("skrl", "ours-batched", "ours-batched-one-pass", "ours-one-by-one")
+"""skrl's MAPPO; ours with ``batch_agent_models=True`` (batched where the config allows it; the update in passes of
+as many agents as ``update_agents_at_once="auto"`` gives), the same with every agent in one pass, ours with False."""
 LEARNING_RATE = 5e-4
 KL_THRESHOLD = 0.016
 
@@ -361,7 +362,9 @@ def make_agent(config: Config, which: str, env, *, device: str):
         from skrl_marl_ext import MAPPO
 
         quiet = {"experiment": {"write_interval": 0, "checkpoint_interval": 0}}
-        ours = {"batch_agent_models": which == "ours-batched", "learning_rate_scheduler_kwargs": scheduler_kwargs}
+        ours = {"batch_agent_models": which != "ours-one-by-one", "learning_rate_scheduler_kwargs": scheduler_kwargs}
+        if which == "ours-batched-one-pass":
+            ours["update_agents_at_once"] = config.agents
         return MAPPO(cfg={**cfg, **ours, **quiet}, **spaces)
     from skrl.multi_agents.torch import ExperimentCfg
     from skrl.multi_agents.torch.mappo import MAPPO, MAPPO_CFG
@@ -453,7 +456,12 @@ HEADER = [
     "peak / skrl's",
     "peak at",
 ]
-NAMES = {"skrl": "skrl MAPPO", "ours-batched": "ours, batched", "ours-one-by-one": "ours, agents one by one"}
+NAMES = {
+    "skrl": "skrl MAPPO",
+    "ours-batched": "ours, batched",
+    "ours-batched-one-pass": "ours, batched, all agents in one pass",
+    "ours-one-by-one": "ours, agents one by one",
+}
 
 
 def table_rows(results: list[dict]) -> list[list[str]]:

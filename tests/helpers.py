@@ -151,7 +151,7 @@ def one_thread():
 
 
 def lockstep(batched, loop, env, steps, *, rollouts, infos_fn=None, check=None):
-    """Drive a batched agent and a one-by-one agent on one env with the batched agent's actions (``infos_fn(t,
+    """Drive a batched agent and a one-by-one agent (or a second batched agent) on one env with the batched agent's actions (``infos_fn(t,
     infos)`` rewrites a step's infos); at each step the loop's rollout is overwritten with the batched agent's (what
     each sampled differs; the update is what is compared), after ``check(name, loop's, batched's)`` saw each stored
     tensor. Yields after every update (every ``rollouts`` steps)."""
@@ -175,7 +175,9 @@ def lockstep(batched, loop, env, steps, *, rollouts, infos_fn=None, check=None):
             agent.record_transition(**step, timestep=t, timesteps=steps)
         for i, group in enumerate(loop.groups):
             for name, tensor in source.rollout.tensors.items():
-                own = tensor[t % rollouts, i : i + 1] if tensor.shape[1] == source.size else tensor[t % rollouts]
+                own = tensor[t % rollouts]
+                if group.size < source.size and tensor.shape[1] == source.size:  # agent i's own rows
+                    own = own[i : i + 1]
                 mine = group.rollout.tensors[name][t % rollouts]
                 if check is not None:
                     check(name, mine, own)
@@ -185,3 +187,39 @@ def lockstep(batched, loop, env, steps, *, rollouts, infos_fn=None, check=None):
         obs, states = next_obs, next_states
         if (t + 1) % rollouts == 0:
             yield
+
+
+def checkpoint(agent, uid):
+    """Agent ``uid``'s checkpoint entries as ``save()`` writes them: every tensor, and the rest (learning rates,
+    scheduler state, step counts as numbers)."""
+    tensors, rest = [], []
+
+    def walk(value):
+        if torch.is_tensor(value):
+            if value.dim() == 0:
+                rest.append(float(value))
+            else:
+                tensors.append(value.detach().float())
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                rest.append(key)
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        else:
+            rest.append(value)
+
+    for name in sorted(agent.checkpoint_modules[uid]):
+        if name != "scaler":
+            walk(agent.checkpoint_modules[uid][name].state_dict())
+    return tensors, rest
+
+
+def assert_same_checkpoints(a, b, env, *, atol=1e-6):
+    for uid in env.possible_agents:
+        (x, x_rest), (y, y_rest) = checkpoint(a, uid), checkpoint(b, uid)
+        assert len(x) == len(y) and all(torch.allclose(u, v, rtol=0, atol=atol) for u, v in zip(x, y, strict=True)), uid
+        assert len(x_rest) == len(y_rest), uid
+        for u, v in zip(x_rest, y_rest, strict=True):  # learning rates, scheduler state, step counts
+            assert u == pytest.approx(v, rel=1e-9, abs=0) if isinstance(u, float) else u == v, (uid, u, v)

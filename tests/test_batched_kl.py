@@ -10,7 +10,16 @@ import warnings
 
 import pytest
 import torch
-from helpers import QUIET, drive, lockstep, make_agent, make_models, one_thread, params  # noqa: F401  (one_thread: autouse)
+from helpers import (  # noqa: F401  (one_thread: autouse)
+    QUIET,
+    assert_same_checkpoints,
+    drive,
+    lockstep,
+    make_agent,
+    make_models,
+    one_thread,
+    params,
+)
 from skrl.memories.torch import RandomMemory
 from skrl.multi_agents.torch.mappo import MAPPO as SkrlMAPPO
 from skrl.multi_agents.torch.mappo import MAPPO_CFG as SkrlMAPPO_CFG
@@ -43,42 +52,6 @@ def pair(env, cfg, seed=0):
     assert [(g.size, g.batched) for g in batched.groups] == [(3, True)]
     assert [(g.size, g.batched) for g in loop.groups] == [(1, False)] * 3
     return batched, loop
-
-
-def checkpoint(agent, uid):
-    """Agent ``uid``'s checkpoint entries as ``save()`` writes them: every tensor, and the rest (learning rates,
-    scheduler state, step counts as numbers)."""
-    tensors, rest = [], []
-
-    def walk(value):
-        if torch.is_tensor(value):
-            if value.dim() == 0:
-                rest.append(float(value))
-            else:
-                tensors.append(value.detach().float())
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                rest.append(key)
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-        else:
-            rest.append(value)
-
-    for name in sorted(agent.checkpoint_modules[uid]):
-        if name != "scaler":
-            walk(agent.checkpoint_modules[uid][name].state_dict())
-    return tensors, rest
-
-
-def assert_same_checkpoints(a, b, env, *, atol=1e-6):
-    for uid in env.possible_agents:
-        (x, x_rest), (y, y_rest) = checkpoint(a, uid), checkpoint(b, uid)
-        assert len(x) == len(y) and all(torch.allclose(u, v, rtol=0, atol=atol) for u, v in zip(x, y, strict=True)), uid
-        assert len(x_rest) == len(y_rest), uid
-        for u, v in zip(x_rest, y_rest, strict=True):  # learning rates, scheduler state, step counts
-            assert u == pytest.approx(v, rel=1e-9, abs=0) if isinstance(u, float) else u == v, (uid, u, v)
 
 
 def learning_rates(agent, env):

@@ -180,6 +180,18 @@ CASES = {
     "gru-time-limit-bootstrap-masks": dict(
         cell="gru", algo="mappo", layers=1, continuous=True, cfg={"time_limit_bootstrap": True}, masks=True
     ),
+    # the batched update in passes of some agents (cfg.update_agents_at_once; no effect one by one)
+    "gru-passes-of-2-mappo": dict(
+        cell="gru", algo="mappo", layers=1, continuous=True, cfg={"update_agents_at_once": 2}
+    ),
+    "lstm-passes-of-1-masks": dict(
+        cell="lstm",
+        algo="mappo",
+        layers=1,
+        continuous=True,
+        cfg={"update_agents_at_once": 1, "time_limit_bootstrap": True},
+        masks=True,
+    ),
 }
 
 

@@ -828,59 +828,74 @@ class OnPolicyAgent(GroupedMultiAgent):
                 batches = mini_batch_indexes(T * N, group.mini_batches, device=self.device, shuffle=shuffle)
             for indexes in batches:
                 batch = data.batch(indexes)  # (G, B, width)
-                B, batch_mask = batch["log_prob"].shape[1], batch["mask"]
-                # contiguous: models may .view() their inputs; a state shared by the group stays an expanded view
-                obs = batch["observations"].contiguous()
-                policy_inputs = {"observations": obs, "states": batch["states"]}
-                if batch["action_mask"] is not None:  # masks
-                    policy_inputs[ACTION_MASK_KEY] = batch["action_mask"].contiguous()
-                policy_inputs["taken_actions"] = batch["actions"].contiguous()
-                value_inputs = {"observations": obs, "states": batch["states"]}
-                if group.recurrent is not None:  # recurrent
-                    policy_inputs.update(group.recurrent.batch_inputs(batch, "policy"))
-                    value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
-                with self._autocast():
-                    # both networks before the loss (one vmapped call for a batched group); the value's output is
-                    # unused when the KL stops the epoch; a team critic is trained on its own
-                    calls = [("policy", policy_inputs)] + ([("value", value_inputs)] if group.trains_value else [])
-                    (_, outputs), *value_results = group.act_many(*calls)
-                    predicted = value_results[0][0].float().view(G, B, 1) if value_results else None
-                    log_prob = outputs["log_prob"].float().view(G, B, 1)
-                    with torch.no_grad():
-                        kl = approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"])
-                        kl = masked_mean(kl, batch_mask, dim=(1, 2)) if group.batched else masked_mean(kl, batch_mask)
-                    # the epoch's KLs of the agents still stepping, this one's included when it stops them (as skrl)
-                    epoch_kl.append((kl.view(K), live))
-                    # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
-                    if cfg.kl_threshold:
-                        over = (distributed.all_reduce_mean_(kl.view(K).clone()) > cfg.kl_threshold).tolist()
-                        if any(s and o for s, o in zip(stepping, over, strict=True)):
-                            stepping = [s and not o for s, o in zip(stepping, over, strict=True)]
-                            if not any(stepping):
-                                break
-                            live = torch.tensor(stepping, dtype=torch.float32, device=self.device)
-                    entropy = None
-                    if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
-                        entropy = group.policy.get_entropy(role="policy").float().view(G, B, 1)
-                    terms = self.ppo_loss(
-                        log_prob=log_prob,
-                        old_log_prob=batch["log_prob"],
-                        advantages=batch["advantages"],
-                        values=predicted,
-                        old_values=batch["values"],
-                        returns=batch["returns"],
-                        entropy=entropy,
-                        mask=batch_mask,
-                        per_agent=group.own_models,
-                        ratio_clip=cfg.ratio_clip,
-                        value_clip=cfg.value_clip,
-                        huber_delta=cfg.huber_delta,
-                        value_loss_scale=cfg.value_loss_scale,
-                        entropy_loss_scale=cfg.entropy_loss_scale,
-                    )
-                loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
+                B = batch["log_prob"].shape[1]
+                # forward and backward in passes of a batched group's agents (cfg.update_agents_at_once): only one
+                # pass's activations are alive; the loss is a sum of per-agent terms, so the gradients are the same
                 group.optimizer.zero_grad(set_to_none=True)
-                self.scaler.scale(loss).backward()
+                passes = []
+                for agents in group.agent_passes(cfg.update_agents_at_once, rows=B):
+                    part = {name: x if x is None or agents == slice(None) else x[agents] for name, x in batch.items()}
+                    # contiguous: models may .view() their inputs; a state shared by the group stays an expanded view
+                    obs = part["observations"].contiguous()
+                    policy_inputs = {"observations": obs, "states": part["states"]}
+                    if part["action_mask"] is not None:  # masks
+                        policy_inputs[ACTION_MASK_KEY] = part["action_mask"].contiguous()
+                    policy_inputs["taken_actions"] = part["actions"].contiguous()
+                    value_inputs = {"observations": obs, "states": part["states"]}
+                    if group.recurrent is not None:  # recurrent
+                        policy_inputs.update(group.recurrent.batch_inputs(part, "policy"))
+                        value_inputs.update(group.recurrent.batch_inputs(part, "value"))
+                    with self._autocast():
+                        # both networks before the loss (one vmapped call for a batched group); a team critic is
+                        # trained on its own
+                        calls = [("policy", policy_inputs)] + ([("value", value_inputs)] if group.trains_value else [])
+                        (_, outputs), *value_results = group.act_many(*calls, agents=agents)
+                        predicted = value_results[0][0].float().view(-1, B, 1) if value_results else None
+                        log_prob = outputs["log_prob"].float().view(-1, B, 1)
+                        entropy = None
+                        if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
+                            entropy = group.policy.get_entropy(role="policy").float().view(-1, B, 1)
+                        terms = self.ppo_loss(
+                            log_prob=log_prob,
+                            old_log_prob=part["log_prob"],
+                            advantages=part["advantages"],
+                            values=predicted,
+                            old_values=part["values"],
+                            returns=part["returns"],
+                            entropy=entropy,
+                            mask=part["mask"],
+                            per_agent=group.own_models,
+                            ratio_clip=cfg.ratio_clip,
+                            value_clip=cfg.value_clip,
+                            huber_delta=cfg.huber_delta,
+                            value_loss_scale=cfg.value_loss_scale,
+                            entropy_loss_scale=cfg.entropy_loss_scale,
+                        )
+                    loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
+                    self.scaler.scale(loss).backward()
+                    with torch.no_grad():  # the pass's statistics
+                        distribution = group.policy.distribution(role="policy")
+                        if isinstance(distribution, torch.distributions.Normal):
+                            terms["std"] = distribution.stddev.float().view(len(log_prob), B, -1).mean(dim=(1, 2))
+                        passes.append({name: terms[name].view(-1) for name in STATISTICS if name in terms})
+                terms = {name: torch.cat([p[name] for p in passes]) for name in passes[0]} if passes[1:] else passes[0]
+                # the KL that stops agents: each one's (K = G), or all rows' for agents sharing a model (one pass)
+                kl = (
+                    terms["kl"]
+                    if group.batched
+                    else masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), batch["mask"])
+                )
+
+                # the epoch's KLs of the agents still stepping, this one's included when it stops them (as skrl)
+                epoch_kl.append((kl.view(K), live))
+                # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
+                if cfg.kl_threshold:
+                    over = (distributed.all_reduce_mean_(kl.view(K).clone()) > cfg.kl_threshold).tolist()
+                    if any(s and o for s, o in zip(stepping, over, strict=True)):
+                        stepping = [s and not o for s, o in zip(stepping, over, strict=True)]
+                        if not any(stepping):
+                            break
+                        live = torch.tensor(stepping, dtype=torch.float32, device=self.device)
                 distributed.all_reduce_gradients_(group.trainable)
                 if cfg.grad_norm_clip > 0:
                     self.scaler.unscale_(group.optimizer)
@@ -889,12 +904,9 @@ class OnPolicyAgent(GroupedMultiAgent):
                 # the agents that stopped are left out of the step: their parameters and Adam state stay as they are
                 self.scaler.step(group.optimizer, **({} if all(stepping) else {"agents": stepping}))
                 self.scaler.update()
-                with torch.no_grad():  # the statistics of the agents that stepped
-                    for name in STATISTICS[:-1]:
-                        stats[name].addcmul_(terms[name].detach(), live)
-                    distribution = group.policy.distribution(role="policy")
-                    if isinstance(distribution, torch.distributions.Normal):
-                        stats["std"].addcmul_(distribution.stddev.float().view(G, B, -1).mean(dim=(1, 2)), live)
+                for name in STATISTICS:  # the statistics of the agents that stepped
+                    if name in terms:
+                        stats[name].addcmul_(terms[name], live)
                 epoch_steps = [n + s for n, s in zip(epoch_steps, stepping, strict=True)]
                 updates += 1
             agent_updates = [n + e for n, e in zip(agent_updates, epoch_steps, strict=True)]

@@ -27,6 +27,7 @@ class OnPolicyCfg(MarlCfg):
         "mixed_precision",
         "agent_id_input",
         "batch_agent_models",
+        "update_agents_at_once",
     )
 
     rollouts: int = 16
@@ -165,6 +166,13 @@ class OnPolicyCfg(MarlCfg):
     either. Recurrent models batch where they run under ``torch.vmap`` (a dry run decides; see Recurrent models). See
     the MAPPO page, "Agents with models of their own"."""
 
+    update_agents_at_once: int | str = "auto"
+    """*New.* In a batched group's update, how many agents' forward and backward of a mini-batch run at once: their
+    activations are alive together, so fewer hold less memory (1: one agent's, as skrl's loop) and more save kernel
+    launches. Each agent's loss and gradient are the same either way. ``"auto"``: as many as keep one pass within
+    about 8M hidden activations (the models' layer widths times the mini-batch's samples), at least one. Has no effect
+    on agents that share models or run one by one."""
+
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
             if not isinstance(self.learning_rate[uid], (tuple, list)):
@@ -218,6 +226,11 @@ class OnPolicyCfg(MarlCfg):
         if not (isinstance(self.batch_agent_models, bool) or self.batch_agent_models == "auto"):
             raise ValueError(
                 f"{owner}: cfg.batch_agent_models must be True, False or 'auto', got {self.batch_agent_models!r}"
+            )
+        at_once = self.update_agents_at_once
+        if at_once != "auto" and (isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1):
+            raise ValueError(
+                f"{owner}: cfg.update_agents_at_once must be a positive integer or 'auto', got {at_once!r}"
             )
         if self.rewards_shaper is not None and not callable(self.rewards_shaper):
             raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")

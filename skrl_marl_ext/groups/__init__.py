@@ -26,10 +26,12 @@ from skrl.models.torch import Model
 from skrl_marl_ext.checkpoint import OptimizerCheckpoint
 from skrl_marl_ext.config import MarlCfg
 from skrl_marl_ext.groups.stacked import (
+    PASS_ACTIVATIONS,
     AgentOptimizerView,
     StackedModel,
     StackedPreprocessor,
     act_together,
+    activation_width,
     clip_grad_norm_per_agent_,
     stack_signature,
 )
@@ -61,6 +63,8 @@ class AgentGroup:
     """Of a batched group: each role's models, one per agent in ``uids`` order (None for shared models)."""
     stacked: dict[str, StackedModel] = dataclasses.field(default_factory=dict)
     """Of a batched group: each role's stacked models (built by :meth:`stack_models`)."""
+    activations_per_sample: int = 1
+    """Of a batched group: one agent's hidden activations per sample, every role's model (:meth:`agent_passes`)."""
 
     size: int = dataclasses.field(init=False, default=0)
     """``G``: the number of agents."""
@@ -96,6 +100,7 @@ class AgentGroup:
         """Stack a batched group's models (their parameters become views of the stack)."""
         if self.batched and not self.stacked:
             self.stacked = {role: StackedModel(models) for role, models in self.agent_models.items()}
+            self.activations_per_sample = max(1, sum(activation_width(m.base) for m in self.stacked.values()))
 
     @property
     def num_actions(self) -> int:
@@ -115,14 +120,30 @@ class AgentGroup:
             output, outputs = self.models[role].act(_rows(inputs), role=role)
         return _per_agent(self.size, output, outputs)
 
-    def act_many(self, *calls: tuple[str, dict[str, Any]]) -> list[tuple[torch.Tensor, dict[str, Any]]]:
+    def act_many(
+        self, *calls: tuple[str, dict[str, Any]], agents: slice = slice(None)
+    ) -> list[tuple[torch.Tensor, dict[str, Any]]]:
         """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one
-        vmapped call (:func:`~skrl_marl_ext.groups.stacked.act_together`), the others call their models in turn."""
+        vmapped call (:func:`~skrl_marl_ext.groups.stacked.act_together`), the others call their models in turn.
+
+        :param agents: A batched group's agents to run (one of :meth:`agent_passes`), the inputs holding theirs only.
+        """
         if self.stacked:
-            results = act_together([(self.stacked[role], inputs, role) for role, inputs in calls])
+            results = act_together([(self.stacked[role], inputs, role) for role, inputs in calls], agents=agents)
         else:
             results = [self.models[role].act(_rows(inputs), role=role) for role, inputs in calls]
-        return [_per_agent(self.size, output, outputs) for output, outputs in results]
+        return [_per_agent(len(range(self.size)[agents]), output, outputs) for output, outputs in results]
+
+    def agent_passes(self, at_once: int | str, rows: int) -> list[slice]:
+        """The agents of a batched group in passes of at most ``at_once`` (``"auto"``: as many as keep a pass's
+        activations within :data:`~skrl_marl_ext.groups.stacked.PASS_ACTIVATIONS`, at least one), for mini-batches of
+        ``rows`` samples per agent; one pass of all agents for any other group (they share models, or run one by one).
+        """
+        if at_once == "auto" and self.stacked:
+            at_once = max(1, PASS_ACTIVATIONS // (rows * self.activations_per_sample))
+        if not self.stacked or at_once >= self.size:
+            return [slice(None)]
+        return [slice(i, i + at_once) for i in range(0, self.size, at_once)]
 
     def split(self, present: Any, output: torch.Tensor, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
         """``{agent: output[i]}`` for the agents of the group in ``present`` (a dict or list of names), or with

@@ -287,7 +287,7 @@ class StackedModel(StackedModules):
 
 
 def act_together(
-    calls: Sequence[tuple[StackedModel, dict[str, Any], str]],
+    calls: Sequence[tuple[StackedModel, dict[str, Any], str]], *, agents: slice = slice(None)
 ) -> list[tuple[torch.Tensor, dict[str, Any]]]:
     """``model.act(inputs, role=role)`` of each ``(model, inputs, role)``, the models being stacked over the same
     ``G`` agents (one group's roles), with every network in **one** ``torch.vmap``: the map's set-up is paid once for
@@ -300,10 +300,14 @@ def act_together(
 
     :param calls: ``(model, inputs, role)``, every tensor of ``inputs`` ``(G, n, ...)``; a recurrent model's hidden
         states ``inputs["rnn"]`` (skrl's RNN convention) ``(layers, G * n, H)`` each, as one model of all rows takes them.
+    :param agents: Only these agents of the stack (their parameters a view of it, so gradients reach it), ``G`` being
+        their number in ``inputs`` and the results.
     :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them (rows ``(G * n, ...)``;
         hidden states ``outputs["rnn"]`` ``(layers, G * n, H)``).
     """
-    mapped = [_agent_inputs(inputs, model.size) for model, inputs, _ in calls]
+    # all agents: the stacked tensors as they are, no slicing op per tensor and call
+    states = [{k: t[agents] if agents.stop else t for k, t in (m.params | m.buffers).items()} for m, _, _ in calls]
+    mapped = [_agent_inputs(inputs, len(range(model.size)[agents])) for model, inputs, _ in calls]
 
     def compute(states, rows):  # one agent's networks, inside the map
         results = []
@@ -312,7 +316,6 @@ def act_together(
                 results.append(_agent_outputs(*model.base.compute({**static, **batch}, role)))
         return results
 
-    states = [{**model.params, **model.buffers} for model, _, _ in calls]
     results = []
     per_agent = torch.vmap(compute)(states, [agent_inputs for agent_inputs, _ in mapped])
     for (model, inputs, role), (output, outputs) in zip(calls, per_agent, strict=True):
@@ -451,6 +454,21 @@ def batch_by_default(models: dict[str, dict[str, nn.Module]], uid: str, *, roles
     alike = {id(models[u][roles[0]]) for u in models if shapes(u) == own}
     widest = max((_width(m) for r in roles for m in models[uid][r].modules()), default=0)
     return len(alike) >= CPU_MIN_AGENTS and widest <= CPU_MAX_WIDTH
+
+
+PASS_ACTIVATIONS = 2**23
+"""``update_agents_at_once="auto"``: the hidden activations (elements, :func:`activation_width` per sample) one pass of
+an update's forward and backward may hold before a batched group's agents are split into passes: more agents at once
+save kernel launches, fewer keep less alive."""
+
+
+def activation_width(model: nn.Module) -> int:
+    """The hidden activations per sample of ``model``'s forward: the output features of its weights (a GRU's or LSTM's
+    hidden size per layer)."""
+    return sum(
+        module.hidden_size * module.num_layers if isinstance(module, nn.RNNBase) else _width(module)
+        for module in model.modules()
+    )
 
 
 def _width(module: nn.Module) -> int:
@@ -647,6 +665,7 @@ __all__ = [
     "StackedModules",
     "StackedPreprocessor",
     "act_together",
+    "activation_width",
     "batching_failure",
     "clip_grad_norm_per_agent_",
     "in_vmap",
