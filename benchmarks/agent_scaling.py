@@ -6,7 +6,11 @@ the agents in Python with one optimiser each, so its cost grows linearly with th
 runs all agents as one batch; per-agent models (``ours-per-agent``) run at the default ``batch_agent_models="auto"``
 (batched, their parameters stacked and one ``torch.func`` call per role, off the CPU and for many narrow models on it);
 ``ours-per-agent-loop`` (``batch_agent_models=False``) calls them one after another. Per agent count the variants run interleaved (A B C A B C ...), the table gives
-medians and the ratio skrl / ours (how many times faster ours is).
+medians and the ratio skrl / ours (how many times faster ours is). Named in ``--variants``, ``ours-shared-compiled``
+and ``ours-per-agent-compiled`` run the compiled path (``cfg.compile=True``), e.g. on a GPU::
+
+    python benchmarks/agent_scaling.py --device cuda --num-envs 4096 --agents 16,64 --hidden 256,256 --rollouts 50 \
+        --timesteps 200 --repeats 3 --variants ours-per-agent,ours-per-agent-compiled,skrl-per-agent
 
 The compute floor is the models' floating-point work per env step (:func:`bench_common.flops_per_env_step`, a
 lower bound: matrix products only) divided by the measured rate of a float32 matrix product on this machine.
@@ -34,8 +38,16 @@ from bench_common import (
 )
 
 VARIANTS = ("ours-shared", "ours-per-agent", "ours-per-agent-loop", "skrl-per-agent")
-LOOP_CFG = {"batch_agent_models": False}
-"""``ours-per-agent-loop``: per-agent models called one agent after the other (as skrl does) instead of batched."""
+OPT_IN_VARIANTS = ("ours-shared-compiled", "ours-per-agent-compiled")
+"""Run only when named in ``--variants``: ours with ``cfg.compile=True`` (the first rollout and update, untimed,
+compile; ``compiled_speed.py`` times the compilation)."""
+EXTRA_CFG = {
+    "ours-per-agent-loop": {"batch_agent_models": False},
+    "ours-shared-compiled": {"compile": True},
+    "ours-per-agent-compiled": {"compile": True},
+}
+"""Config fields each variant adds: ``ours-per-agent-loop`` calls per-agent models one agent after the other (as skrl
+does) instead of batched; the compiled variants run the compiled path."""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -46,7 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--agents", default="4,16,64", help="comma-separated numbers of agents")
     parser.add_argument("--algo", default="mappo", choices=("mappo", "ippo"))
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS}")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"comma-separated subset of {VARIANTS + OPT_IN_VARIANTS}"
+    )
     parser.add_argument("--num-envs", type=int, default=64, help="envs stepped as one batch")
     parser.add_argument("--obs-size", type=int, default=16, help="null env observation size per agent")
     parser.add_argument("--rollouts", type=int, default=16, help="env steps per update")
@@ -60,9 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.agents = [int(a) for a in args.agents.split(",")]
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in args.variants if v not in VARIANTS]
+    unknown = [v for v in args.variants if v not in VARIANTS + OPT_IN_VARIANTS]
     if unknown:
-        parser.error(f"unknown --variants {unknown}; choose from {', '.join(VARIANTS)}")
+        parser.error(f"unknown --variants {unknown}; choose from {', '.join(VARIANTS + OPT_IN_VARIANTS)}")
     args.hidden = tuple(int(h) for h in args.hidden.split(","))
     return args
 
@@ -74,10 +88,9 @@ def make(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg, seed:
         num_envs=args.num_envs, num_agents=num_agents, obs_size=args.obs_size, device=args.device, seed=seed
     )
     owner, models = variant.split("-", 1)
-    extra = LOOP_CFG if variant == "ours-per-agent-loop" else None
-    agent = make_agent(
-        f"{owner}-{algo}", env, shared=models == "shared", cfg=cfg, device=args.device, seed=seed, ours_cfg=extra
-    )
+    extra = EXTRA_CFG.get(variant)
+    shared = models.startswith("shared")
+    agent = make_agent(f"{owner}-{algo}", env, shared=shared, cfg=cfg, device=args.device, seed=seed, ours_cfg=extra)
     return agent, env
 
 

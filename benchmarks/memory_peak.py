@@ -226,6 +226,20 @@ def _section(code, line: int) -> str:
     return re.split(r"[:,;(]", comment.strip()[2:])[0].strip()
 
 
+def _holds_memory(tensor: torch.Tensor) -> bool:
+    """Whether a tensor the collector lists holds memory: not one of the example values that ``torch.compile`` keeps
+    with its graphs (fake tensors, some wrapped by vmap, which has no storage to read)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(tensor, FakeTensor):
+        return False
+    try:
+        tensor.untyped_storage()
+    except NotImplementedError:  # a tensor batched by vmap
+        return False
+    return True
+
+
 def start_window(mode: LiveStorages) -> None:
     """Begin counting with the storages alive now: every tensor the garbage collector lists, except the parameters and
     buffers of every ``nn.Module`` and the state of every optimiser it lists; then start a new peak."""
@@ -243,7 +257,7 @@ def start_window(mode: LiveStorages) -> None:
                 for value in state.values():
                     mode.ignore(value)
     for obj in objects:
-        if isinstance(obj, torch.Tensor):
+        if isinstance(obj, torch.Tensor) and _holds_memory(obj):
             if not isinstance(obj, torch.nn.Parameter):
                 mode.track(obj)
             if obj.is_leaf and obj.grad is not None:  # held by C++: not in the collector's list
@@ -327,8 +341,9 @@ def make_env(config: Config, *, num_envs: int, device: str):
     return IsaacLabMultiAgentWrapper(env)
 
 
-def make_agent(config: Config, which: str, env, *, device: str):
-    """skrl's MAPPO or ours (:data:`AGENTS`) on ``env`` with ``config``, models seeded alike."""
+def make_agent(config: Config, which: str, env, *, device: str, ours_cfg: dict | None = None):
+    """skrl's MAPPO or ours (:data:`AGENTS`) on ``env`` with ``config``, models seeded alike; ``ours_cfg`` adds config
+    fields of ours (e.g. ``compile``)."""
     from bench_common import TrainCfg, make_models
     from skrl.memories.torch import RandomMemory
     from skrl.resources.preprocessors.torch import RunningStandardScaler
@@ -365,7 +380,7 @@ def make_agent(config: Config, which: str, env, *, device: str):
         ours = {"batch_agent_models": which != "ours-one-by-one", "learning_rate_scheduler_kwargs": scheduler_kwargs}
         if which == "ours-batched-one-pass":
             ours["update_agents_at_once"] = config.agents
-        return MAPPO(cfg={**cfg, **ours, **quiet}, **spaces)
+        return MAPPO(cfg={**cfg, **ours, **quiet, **(ours_cfg or {})}, **spaces)
     from skrl.multi_agents.torch import ExperimentCfg
     from skrl.multi_agents.torch.mappo import MAPPO, MAPPO_CFG
 

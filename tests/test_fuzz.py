@@ -63,6 +63,8 @@ ON_POLICY_FIELDS = {
     "agent_id_input": st.booleans(),
     "non_finite": st.sampled_from(["raise", "skip"]),
     "batch_agent_models": st.booleans(),
+    "update_agents_at_once": st.sampled_from(["auto", 1, 2]),
+    "compile": st.just(False),  # compiling takes seconds per draw; the compiled path: tests/test_compiled.py
 }
 
 

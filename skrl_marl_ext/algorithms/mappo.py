@@ -13,7 +13,8 @@ Layouts, named once: a group of ``G`` agents acting in ``N`` envs stacks a step'
 the whole group shares as ``(1, N, size)``), the shape its models take and give (:class:`~skrl_marl_ext.groups.
 AgentGroup`); its rollout is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.storage.rollout`); the update reads it per
 agent as ``(G, T * N, width)`` and a mini-batch as ``(G, B, width)``. Recurrent hidden states, action masks and
-non-finite handling enter at the places marked ``# recurrent``, ``# masks`` and ``# non-finite``.
+non-finite handling enter at the places marked ``# recurrent``, ``# masks`` and ``# non-finite``; the opt-in compiled
+path (``cfg.compile``, :mod:`~skrl_marl_ext.compiled`) at the one marked ``# compiled``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from skrl_marl_ext.algorithms.base import GroupedMultiAgent, optimizer_steps
 from skrl_marl_ext.algorithms.mappo_cfg import IPPO_CFG, MAPPO_CFG, OnPolicyCfg
 from skrl_marl_ext.checkpoint import OptimizerCheckpoint
 from skrl_marl_ext.checks import check_policy_family, dry_run
+from skrl_marl_ext.compiled import compile_agent
 from skrl_marl_ext.functional import (
     approx_kl,
     compute_gae,
@@ -228,6 +230,7 @@ class OnPolicyAgent(GroupedMultiAgent):
                 self._set_mini_batches(group, num_envs)
         self._warn_clipped_log_prob()
         self._broadcast_models()  # models start identical on every rank of a distributed run
+        compile_agent(self)  # compiled: cfg.compile's torch.compile of the networks and the loss
 
         self._rollout_step = 0
         self._next_observations: dict[str, torch.Tensor] | None = None

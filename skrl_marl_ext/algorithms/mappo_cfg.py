@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
+from skrl_marl_ext.compiled import compile_options
 from skrl_marl_ext.config import MarlCfg, check_choice, check_range
 
 
@@ -28,6 +29,7 @@ class OnPolicyCfg(MarlCfg):
         "agent_id_input",
         "batch_agent_models",
         "update_agents_at_once",
+        "compile",
     )
 
     rollouts: int = 16
@@ -172,6 +174,14 @@ class OnPolicyCfg(MarlCfg):
     launches. Each agent's loss and gradient are the same either way. ``"auto"``: as many as keep one pass within
     about 8M hidden activations (the models' layer widths times the mini-batch's samples), at least one. Has no effect
     on agents that share models or run one by one."""
+    compile: bool | dict = False
+    """*New.* Run the networks and the loss through ``torch.compile`` (one value for all agents): each group's networks
+    as the agent calls them (a batched group's ``torch.vmap`` over its agents included) when acting and in every
+    mini-batch's forward and backward pass, and the loss (``ppo_loss``; HAPPO's team critic's too); sampling,
+    preprocessors, GAE and the optimiser step stay eager, and so do recurrent groups. True uses torch's defaults; a dict gives ``torch.compile``'s keyword arguments
+    (``mode``, ``dynamic``, ``fullgraph``, ``backend``, ``options``), e.g. ``{"mode": "reduce-overhead"}`` for CUDA
+    graphs on a GPU. The first rollout and update pay the compilation; checkpoints are unchanged. See the usage page,
+    "Compiled path"."""
 
     def _normalize_expanded(self, possible_agents: list[str]) -> None:
         for uid in possible_agents:
@@ -232,6 +242,7 @@ class OnPolicyCfg(MarlCfg):
             raise ValueError(
                 f"{owner}: cfg.update_agents_at_once must be a positive integer or 'auto', got {at_once!r}"
             )
+        compile_options(self.compile, owner=owner)
         if self.rewards_shaper is not None and not callable(self.rewards_shaper):
             raise ValueError(f"{owner}: cfg.rewards_shaper must be callable or None, got {self.rewards_shaper!r}")
         return True

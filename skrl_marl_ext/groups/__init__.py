@@ -30,6 +30,7 @@ from skrl_marl_ext.groups.stacked import (
     AgentOptimizerView,
     StackedModel,
     StackedPreprocessor,
+    act_answered,
     act_together,
     activation_width,
     clip_grad_norm_per_agent_,
@@ -65,6 +66,13 @@ class AgentGroup:
     """Of a batched group: each role's stacked models (built by :meth:`stack_models`)."""
     activations_per_sample: int = 1
     """Of a batched group: one agent's hidden activations per sample, every role's model (:meth:`agent_passes`)."""
+    vmap: Callable | None = None
+    """Of a batched group with ``cfg.compile``: the compiled stand-in for ``torch.vmap`` that maps its networks over the
+    agents (:mod:`~skrl_marl_ext.compiled`); None: ``torch.vmap``."""
+    compiled_compute: Callable | None = None
+    """Of another group, with ``cfg.compile``: the compiled network call, ``model.compute(inputs, role)`` of ``(model,
+    inputs, role)``, whose result answers the model's ``compute`` in its mixin's ``act``
+    (:mod:`~skrl_marl_ext.compiled`); None: the models' own ``act``."""
 
     size: int = dataclasses.field(init=False, default=0)
     """``G``: the number of agents."""
@@ -115,7 +123,9 @@ class AgentGroup:
         :return: ``(output, outputs)``, the output and every per-row tensor of ``outputs`` as ``(G, N, ...)``.
         """
         if self.stacked:
-            output, outputs = act_together([(self.stacked[role], inputs, role)])[0]
+            output, outputs = act_together([(self.stacked[role], inputs, role)], vmap=self.vmap)[0]
+        elif self.compiled_compute is not None:  # compiled
+            output, outputs = self._act_compiled(role, inputs)
         else:
             output, outputs = self.models[role].act(_rows(inputs), role=role)
         return _per_agent(self.size, output, outputs)
@@ -129,7 +139,9 @@ class AgentGroup:
         :param agents: A batched group's agents to run (one of :meth:`agent_passes`), the inputs holding theirs only.
         """
         if self.stacked:
-            results = act_together([(self.stacked[role], inputs, role) for role, inputs in calls], agents=agents)
+            results = act_together([(self.stacked[r], x, r) for r, x in calls], agents=agents, vmap=self.vmap)
+        elif self.compiled_compute is not None:  # compiled
+            results = [self._act_compiled(role, inputs) for role, inputs in calls]
         else:
             results = [self.models[role].act(_rows(inputs), role=role) for role, inputs in calls]
         return [_per_agent(len(range(self.size)[agents]), output, outputs) for output, outputs in results]
@@ -144,6 +156,12 @@ class AgentGroup:
         if not self.stacked or at_once >= self.size:
             return [slice(None)]
         return [slice(i, i + at_once) for i in range(0, self.size, at_once)]
+
+    def _act_compiled(self, role: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        """skrl's ``Model.act`` of the model of ``role`` on the rows of ``inputs``, its network run by the compiled
+        :attr:`compiled_compute` and the mixin's ``act`` (sampling, log-probabilities) eager on that result."""
+        model, rows = self.models[role], _rows(inputs)
+        return act_answered(model, rows, role, *self.compiled_compute(model, rows, role))
 
     def split(self, present: Any, output: torch.Tensor, outputs: dict[str, Any] | None = None) -> dict[str, Any]:
         """``{agent: output[i]}`` for the agents of the group in ``present`` (a dict or list of names), or with

@@ -33,7 +33,7 @@ agents' views to torch's LR schedulers as optimisers (:class:`AgentOptimizerView
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -287,7 +287,10 @@ class StackedModel(StackedModules):
 
 
 def act_together(
-    calls: Sequence[tuple[StackedModel, dict[str, Any], str]], *, agents: slice = slice(None)
+    calls: Sequence[tuple[StackedModel, dict[str, Any], str]],
+    *,
+    agents: slice = slice(None),
+    vmap: Callable | None = None,
 ) -> list[tuple[torch.Tensor, dict[str, Any]]]:
     """``model.act(inputs, role=role)`` of each ``(model, inputs, role)``, the models being stacked over the same
     ``G`` agents (one group's roles), with every network in **one** ``torch.vmap``: the map's set-up is paid once for
@@ -302,6 +305,8 @@ def act_together(
         states ``inputs["rnn"]`` (skrl's RNN convention) ``(layers, G * n, H)`` each, as one model of all rows takes them.
     :param agents: Only these agents of the stack (their parameters a view of it, so gradients reach it), ``G`` being
         their number in ``inputs`` and the results.
+    :param vmap: What maps the networks over the agents: ``torch.vmap`` (None), or its compiled form with
+        ``cfg.compile`` (:func:`skrl_marl_ext.compiled.compiled_vmap`).
     :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them (rows ``(G * n, ...)``;
         hidden states ``outputs["rnn"]`` ``(layers, G * n, H)``).
     """
@@ -317,7 +322,7 @@ def act_together(
         return results
 
     results = []
-    per_agent = torch.vmap(compute)(states, [agent_inputs for agent_inputs, _ in mapped])
+    per_agent = (vmap or torch.vmap)(compute)(states, [agent_inputs for agent_inputs, _ in mapped])
     for (model, inputs, role), (output, outputs) in zip(calls, per_agent, strict=True):
         # the mixin's act through the first agent's model, its compute answered by the map's (G, n, ...) result
         output = output.reshape(-1, *output.shape[2:])
@@ -325,17 +330,25 @@ def act_together(
         outputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in outputs.items()}
         if hidden is not None:  # recurrent: (G, layers, n, H) -> (layers, G * n, H)
             outputs[RNN_KEY] = [h.transpose(0, 1).reshape(h.shape[1], -1, h.shape[-1]) for h in hidden]
-        base = model.base
-        own = base.__dict__.get("compute")  # a compute set on the instance (e.g. a wrapper) is put back
-        base.compute = lambda _inputs, _role="", output=output, outputs=outputs: (output, dict(outputs))
-        try:
-            results.append(base.act({k: _rows(v) for k, v in inputs.items()}, role=role))
-        finally:
-            if own is None:
-                del base.compute
-            else:
-                base.compute = own
+        results.append(act_answered(model.base, {k: _rows(v) for k, v in inputs.items()}, role, output, outputs))
     return results
+
+
+def act_answered(
+    model: Model, inputs: dict[str, Any], role: str, output: torch.Tensor, outputs: dict[str, Any]
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """skrl's ``model.act(inputs, role=role)`` with the model's ``compute`` answered by ``(output, outputs)``, computed
+    beforehand (by a map over the agents, or a compiled call): the mixin's sampling, log-probabilities and kept
+    distribution run as they would on ``compute``'s own result."""
+    own = model.__dict__.get("compute")  # a compute set on the instance (e.g. a wrapper) is put back
+    model.compute = lambda _inputs, _role="": (output, dict(outputs))
+    try:
+        return model.act(inputs, role=role)
+    finally:
+        if own is None:
+            del model.compute
+        else:
+            model.compute = own
 
 
 RNN_KEY = "rnn"
@@ -664,6 +677,7 @@ __all__ = [
     "StackedModel",
     "StackedModules",
     "StackedPreprocessor",
+    "act_answered",
     "act_together",
     "activation_width",
     "batching_failure",
