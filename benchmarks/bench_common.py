@@ -8,7 +8,10 @@ does. One rollout and its update run untimed first.
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -259,3 +262,13 @@ def parse_table(text: str) -> list[dict[str, str]]:
     lines = [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+
+
+def run_json(arguments: list[str], *, env: dict | None = None) -> dict:
+    """Run ``python ARGUMENTS`` in a fresh process (nothing of an earlier measurement alive in it) and read the last
+    line it prints as JSON; a failure raises with the command and the tail of its stderr."""
+    command = [sys.executable, *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -106,14 +105,12 @@ def measure(config: str, variant: str, *, num_envs: int, timesteps: int, device:
 
 def run_one(config: str, variant: str, num_envs: int, args: argparse.Namespace) -> dict:
     """:func:`measure` in a fresh process with an empty inductor cache."""
-    command = [sys.executable, __file__, "--one", config, variant, "--num-envs", str(num_envs)]
-    command += ["--timesteps", str(args.timesteps), "--device", args.device, "--threads", str(args.threads)]
+    from bench_common import run_json
+
+    arguments = [__file__, "--one", config, variant, "--num-envs", str(num_envs)]
+    arguments += ["--timesteps", str(args.timesteps), "--device", args.device, "--threads", str(args.threads)]
     with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-        done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        return run_json(arguments, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache})
 
 
 HEADER = [

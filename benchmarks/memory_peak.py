@@ -34,7 +34,6 @@ import linecache
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 import warnings
@@ -453,12 +452,9 @@ def measure(config: Config, which: str, *, num_envs: int, device: str = "cpu", e
 
 def run_one(config: str, which: str, num_envs: int, device: str, threads: int) -> dict:
     """:func:`measure` in a fresh Python process (nothing of an earlier agent is alive)."""
-    command = [sys.executable, __file__, "--one", config, which, str(num_envs), "--device", device]
-    command += ["--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    from bench_common import run_json
+
+    return run_json([__file__, "--one", config, which, str(num_envs), "--device", device, "--threads", str(threads)])
 
 
 HEADER = [

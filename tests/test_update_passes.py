@@ -4,6 +4,7 @@ so the update, its statistics and the checkpoints are the same."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 from pathlib import Path
@@ -13,8 +14,8 @@ import torch
 from helpers import QUIET, assert_same_checkpoints, lockstep, make_agent, make_models, one_thread  # noqa: F401
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 
-from skrl_marl_ext import MAPPO
 from skrl_marl_ext.envs import make_spread_env
+from skrl_marl_ext.trainers import interact
 
 ROLLOUTS = 6
 BASE = {
@@ -82,35 +83,14 @@ def test_a_pass_of_one_agent_holds_less_memory_at_the_update():
         torch.manual_seed(0)
         cfg = {**BASE, "rollouts": 8, "mini_batches": 1, "learning_epochs": 1, "update_agents_at_once": at_once}
         agent = make_agent(env, cfg=cfg, models=make_models(env, hidden=(256, 256)))
-        assert isinstance(agent, MAPPO)
         agent.init()
         agent.enable_training_mode(True)
         obs, _ = env.reset()
         states = env.state()
-        for t in range(8):
-            with torch.no_grad():
-                actions, _ = agent.act(obs, states, timestep=t, timesteps=8)
-                next_obs, rewards, terminated, truncated, infos = env.step(actions)
-                next_states = env.state()
-            agent.record_transition(
-                observations=obs,
-                states=states,
-                actions=actions,
-                rewards=rewards,
-                next_observations=next_obs,
-                next_states=next_states,
-                terminated=terminated,
-                truncated=truncated,
-                infos=infos,
-                timestep=t,
-                timesteps=8,
-            )
-            if t == 7:  # the update
-                with LiveStorages(locate=False) as counter:
-                    agent.post_interaction(timestep=t, timesteps=8)
-                peaks[at_once] = counter.peak
-            else:
-                agent.post_interaction(timestep=t, timesteps=8)
-            obs, states = next_obs, next_states
+        for t in range(8):  # the last step's post_interaction updates
+            with LiveStorages(locate=False) if t == 7 else contextlib.nullcontext() as counter:
+                step = interact(agent, env, obs, states, timestep=t, timesteps=8)
+            obs, states = step.next_observations, step.next_states
+        peaks[at_once] = counter.peak
     one_agent = 8 * 64 * 2 * 2 * 256 * 4  # 8 * 64 samples, two models of two 256-wide layers, float32
     assert peaks[4] - peaks[1] > 2 * one_agent, peaks
