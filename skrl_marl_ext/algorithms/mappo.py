@@ -12,8 +12,9 @@ with the loss and the step, tracking).
 Layouts, named once: a group of ``G`` agents acting in ``N`` envs stacks a step's inputs as ``(G, N, size)`` (a state
 the whole group shares as ``(1, N, size)``), the shape its models take and give (:class:`~skrl_marl_ext.groups.
 AgentGroup`); its rollout is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.storage.rollout`); the update reads it per
-agent as ``(G, T * N, width)`` and a mini-batch as ``(G, B, width)``. Recurrent hidden states, action masks and
-non-finite handling enter at the places marked ``# recurrent``, ``# masks`` and ``# non-finite``; the opt-in compiled
+agent as ``(G, T * N, width)`` and a mini-batch as ``(G, B, width)``. Recurrent hidden states (the agent's part in
+:class:`~skrl_marl_ext.recurrent.RecurrentModels`), action masks and non-finite handling enter at the places marked
+``# recurrent``, ``# masks`` and ``# non-finite``; the opt-in compiled
 path (``cfg.compile``, :mod:`~skrl_marl_ext.compiled`) at the one marked ``# compiled``.
 """
 
@@ -52,9 +53,7 @@ from skrl_marl_ext.groups import AgentGroup
 from skrl_marl_ext.groups.stacked import (
     AgentOptimizerView,
     batch_by_default,
-    batching_failure,
     make_adam,
-    stack_signature,
     stackable_preprocessor,
 )
 from skrl_marl_ext.keys import (
@@ -67,7 +66,7 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.agent_id import append_agent_id, with_agent_ids
 from skrl_marl_ext.models.clipping import clips_gaussian_samples, unclipped_sampling
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.recurrent import RESET_KEY, RecurrentState, batching_dry_runs, rnn_specification
+from skrl_marl_ext.recurrent import RESET_KEY, RecurrentModels, RecurrentState
 from skrl_marl_ext.storage.rollout import RolloutBuffer, check_finite, mini_batch_indexes
 
 STATISTICS = ("objective", "critic", "entropy", "kl", "clip_fraction", "std")
@@ -179,7 +178,7 @@ class TrainingData:
         return batch
 
 
-class OnPolicyAgent(GroupedMultiAgent):
+class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
     """PPO per agent: the algorithm of :class:`MAPPO` and :class:`IPPO` (see the module docstring)."""
 
     cfg_class: type = OnPolicyCfg
@@ -279,45 +278,6 @@ class OnPolicyAgent(GroupedMultiAgent):
             and self._recurrent_models_batch(uid)
         )
 
-    def _recurrent_models_batch(self, uid: str) -> bool:
-        """Whether agent ``uid``'s recurrent models (if any) run under ``torch.vmap``, as a batched group runs them: a
-        dry run on zeros, acting and training, once per kind of model (:func:`~skrl_marl_ext.groups.stacked.
-        batching_failure`). Ours do (:mod:`~skrl_marl_ext.models.rnn`); a model that calls ``nn.GRU``/``nn.LSTM`` (no
-        batching rule) or branches on its inputs does not: its agents run one by one, said in a warning where
-        ``cfg.batch_agent_models`` is True."""
-        name = type(self).__name__
-        for role in self.roles:
-            model = self.models[uid][role]
-            spec = rnn_specification(name, f"the {role} model of agent '{uid}'", model)
-            if spec is None:
-                continue
-            key = (role, stack_signature(model) or id(model))
-            if key not in self._batching_failures:
-                widths = {"observations": self.observation_spaces[uid], "states": self.state_spaces[uid]}
-                widths = {k: compute_space_size(v, occupied_size=True) if v else None for k, v in widths.items()}
-                runs = batching_dry_runs(spec[1], sequence_length=spec[0], widths=widths, device=self.device)
-                self._batching_failures[key] = (uid, batching_failure(model, role, runs))
-            if self._batching_failures[key][1]:
-                return False
-        return True
-
-    def _warn_unbatched_recurrent(self) -> None:
-        """Where ``cfg.batch_agent_models`` is True: one warning per kind of recurrent model that cannot run under
-        ``torch.vmap`` (:meth:`_recurrent_models_batch`), naming an agent, the model and the reason."""
-        if self.cfg.batch_agent_models is not True:
-            return
-        for (role, _), (uid, failure) in self._batching_failures.items():
-            if failure:
-                model = self.models[uid][role]
-                warnings.warn(
-                    f"{type(self).__name__}: cfg.batch_agent_models is True, but the recurrent {role} model of agent "
-                    f"'{uid}' ({type(model).__name__}) cannot run under torch.vmap ({failure.splitlines()[0]}); the "
-                    "agents with such models run one by one. A recurrent model batches when no control flow depends "
-                    "on its inputs (e.g. `if terminated.any()`) and vmap has a batching rule for each of its ops (not "
-                    "for nn.GRU/nn.LSTM), as skrl_marl_ext.models' GaussianRNN, CategoricalRNN and ValueRNN",
-                    stacklevel=3,
-                )
-
     def _check_memories(self) -> int | None:
         """Memories are optional: the rollout lives in one buffer per group. Given ones must fit the rollout.
 
@@ -392,35 +352,6 @@ class OnPolicyAgent(GroupedMultiAgent):
         for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
             modules[key] = getattr(group, key)
         self._register_checkpoint(group, modules)
-
-    def _recurrent_state(self, group: OnPolicyGroup) -> RecurrentState | None:
-        """The group's hidden-state keeper when its policy or value model is recurrent (skrl's RNN convention).
-
-        :raises ValueError: When the two models name different sequence lengths, or ``cfg.rollouts`` is not a
-            multiple of the sequence length (every env's rollout is cut into whole sequences).
-        """
-        name, specs = type(self).__name__, {}
-        for role in self.roles:
-            spec = rnn_specification(name, f"the {role} model of agents {group.uids}", group.models[role])
-            if spec is not None:
-                specs[role] = spec
-        if not specs:
-            return None
-        lengths = {role: length for role, (length, _) in specs.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(
-                f"{name}: the recurrent models of agents {group.uids} name different sequence lengths {lengths}; "
-                "mini-batches are whole sequences of one length: give both models the same sequence_length"
-            )
-        length = next(iter(lengths.values()))
-        if self.cfg.rollouts % length:
-            raise ValueError(
-                f"{name}: cfg.rollouts ({self.cfg.rollouts}) is not a multiple of the sequence_length ({length}) of the "
-                f"recurrent models of agents {group.uids}; every env's rollout is cut into whole sequences. Set "
-                f"rollouts to a multiple of {length} (e.g. {length * max(1, round(self.cfg.rollouts / length))})"
-            )
-        shared = group.models["policy"] is group.models["value"]
-        return RecurrentState({r: sizes for r, (_, sizes) in specs.items()}, sequence_length=length, shared=shared)
 
     def _make_optimizer(self, group: OnPolicyGroup) -> None:
         """One Adam per group (``eps``: ``cfg.optimizer_eps``, torch's when None): the policy's and the value model's
@@ -951,14 +882,6 @@ class OnPolicyAgent(GroupedMultiAgent):
         self.track_data("Learning / Updates per rollout", updates)
         return data
 
-    def reset_recurrent_states(self) -> None:
-        """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
-        :meth:`init`, which does it, when they are constructed)."""
-        for group in self.groups:
-            if group.recurrent is not None:
-                group.recurrent.current = None
-        self._next_hidden.clear()
-
     def load(self, path: str) -> None:
         """Load a checkpoint (see :meth:`GroupedMultiAgent.load`). Recurrent hidden states start from zeros again:
         they belong to the episodes running when the checkpoint was written, which a trainer does not resume (it
@@ -1075,20 +998,6 @@ class OnPolicyAgent(GroupedMultiAgent):
             final_values, _ = group.act("value", {"observations": obs, "states": group_states, **rnn})
         ended = b.tensors["terminated"][t] | b.tensors["truncated"][t]
         target.copy_(torch.where(ended, final_values.float().view(target.shape), target))
-
-    def _advance_hidden_states(self, observations: dict, terminated: dict, truncated: dict, infos: dict) -> None:
-        """Recurrent: move hidden states on to the models' new ones, zeroed for agents whose episode ended
-        (terminated or truncated) or that were masked at the step; in training, store where that happened."""
-        for index, new in list(self._next_hidden.items()):
-            group = self.groups[index]
-            num_envs = next(iter(group.recurrent.current.values()))[0].shape[1] // group.size
-            ended = group.stack(terminated).bool() | group.stack(truncated).bool()
-            alive = self._agent_mask(group, observations, infos.get(AGENT_MASK_KEY), num_envs)
-            reset = ended.view(group.size, num_envs, 1) | ~alive
-            if self.training and group.rollout is not None:
-                group.rollout.write(self._rollout_step, **{RESET_KEY: reset})
-            group.recurrent.advance(new, reset.view(-1))
-        self._next_hidden.clear()
 
 
 class MAPPO(OnPolicyAgent):
