@@ -23,7 +23,12 @@ CPU (2 cores)::
 GPU (frames/s and peak memory at the two configs, 4096 envs)::
 
     python benchmarks/compiled_speed.py --configs handover,8-agents --num-envs 4096 --device cuda --timesteps 64 \\
-        --variants skrl,ours-eager,ours-compiled,ours-cuda-graphs --repeats 3
+        --variants skrl,ours-eager,ours-compiled,ours-cuda-graphs,ours-one-pass --repeats 3
+
+What the update's passes of one agent cost against one pass of all (the memory they save: ``memory_peak.py``)::
+
+    python benchmarks/compiled_speed.py --configs handover,8-agents --num-envs 512 --timesteps 32 \
+        --variants ours-eager,ours-one-pass --repeats 3
 
 ``--device cpu`` with few envs is a smoke check of the same code path.
 """
@@ -48,9 +53,11 @@ VARIANTS = {
     "ours-eager": {},
     "ours-compiled": {"compile": True},
     "ours-cuda-graphs": {"compile": {"mode": "reduce-overhead"}},
+    "ours-one-pass": {"update_agents_at_once": 1024},
 }
 """skrl's MAPPO, and ours with the config fields added to ``batch_agent_models=True`` (``ours-cuda-graphs``: CUDA
-graphs through ``torch.compile``'s ``reduce-overhead`` mode, on a GPU only)."""
+graphs through ``torch.compile``'s ``reduce-overhead`` mode, on a GPU only; ``ours-one-pass``: every agent's forward
+and backward of a mini-batch in one pass, where ``"auto"`` may split them to hold less memory)."""
 NULL_SETTING = {"obs_size": 16, "hidden": (64, 64), "rollouts": 16, "epochs": 4, "mini_batches": 4}
 """The ``null-<N>`` configs: ``agent_scaling.py``'s setting."""
 MIB = 2**20
