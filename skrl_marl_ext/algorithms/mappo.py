@@ -822,7 +822,8 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
 
                 # the epoch's KLs of the agents still stepping, this one's included when it stops them (as skrl)
                 epoch_kl.append((kl.view(K), live))
-                # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on)
+                # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on);
+                # the gradients of an agent it stops are not stepped
                 if cfg.kl_threshold:
                     over = (distributed.all_reduce_mean_(kl.view(K).clone()) > cfg.kl_threshold).tolist()
                     if any(s and o for s, o in zip(stepping, over, strict=True)):
