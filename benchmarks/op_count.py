@@ -38,6 +38,8 @@ gives ops per env step, ``total / (2 * rollouts)``. Variants:
 - ``skrl-per-agent``: skrl's ``skrl.multi_agents.torch.mappo.MAPPO`` (or ``ippo.IPPO``), a model pair per agent;
 - ``ours-per-agent``: ``skrl_marl_ext.MAPPO``/``IPPO``, a model pair per agent, default config (per-agent models
   batched into one ``torch.func`` call (``batch_agent_models=True``, the GPU default), see ``batch_agent_models``);
+- ``ours-per-agent-one-pass``: the same with ``update_agents_at_once`` above the agents (the update's forward and
+  backward of all agents in one pass, where ``"auto"`` may split them to hold less memory);
 - ``ours-per-agent-loop``: the same with ``cfg["batch_agent_models"] = False`` (per-agent models called one by one);
   skipped, with a note, where ``OnPolicyCfg`` has no ``batch_agent_models`` field;
 - ``ours-shared``: ours, one model pair shared by all agents.
@@ -87,7 +89,7 @@ except ImportError:  # pragma: no cover
         batched = None
 
 ALGOS = ("mappo", "ippo", "maddpg", "happo")
-VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-loop", "ours-shared")
+VARIANTS = ("skrl-per-agent", "ours-per-agent", "ours-per-agent-one-pass", "ours-per-agent-loop", "ours-shared")
 NO_SKRL = frozenset({"maddpg", "happo"})
 """Algorithms skrl does not have: no ``skrl-per-agent``; the ratio column is relative to :data:`NO_SKRL_BASELINE`."""
 NO_SKRL_BASELINE = "ours-per-agent-loop"
@@ -95,6 +97,8 @@ LOOP_CFG = {"batch_agent_models": False}
 """Config of ``ours-per-agent-loop`` on top of the default."""
 BATCHED_CFG = {"batch_agent_models": True}
 """Config of ``ours-per-agent``: batched, as ``"auto"`` decides off the CPU (on a CPU it keeps wide models apart)."""
+ONE_PASS_CFG = {**BATCHED_CFG, "update_agents_at_once": 1024}
+"""Config of ``ours-per-agent-one-pass``: batched, every agent's forward and backward of a mini-batch in one pass."""
 EXTRA_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
 """Ops counted as views although their schema does not say so."""
 
@@ -180,6 +184,8 @@ def build(variant: str, *, algo: str, num_agents: int, args, cfg: TrainCfg):
         kwargs["ours_cfg"] = LOOP_CFG
     elif variant == "ours-per-agent":
         kwargs["ours_cfg"] = BATCHED_CFG
+    elif variant == "ours-per-agent-one-pass":
+        kwargs["ours_cfg"] = ONE_PASS_CFG
     return make_agent(f"{owner}-{algo}", env, **kwargs), env
 
 
