@@ -1082,12 +1082,7 @@ def report(args: argparse.Namespace) -> int:
             name = f"learning_{_slug(task)}" + (f"_{frames}" if budgets_per_task[task] > 1 else "") + ".png"
             report_mamujoco(task, frames, lines, keys, path=os.path.join(args.images_dir, name))
             continue
-        labels = {}
-        for algo, tag, digest in keys:
-            label = algo + (f" [{tag}]" if tag else "")
-            if sum(1 for a, t, _ in keys if (a, t) == (algo, tag)) > 1:
-                label += f" ({digest})"
-            labels[(algo, tag, digest)] = label
+        labels = _labels(keys)
         curves = {key: mean_curve(lines[key]) for key in keys}
         reference = [key for key in keys if key[0] == REFERENCE]
         target = None
