@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -36,6 +38,7 @@ ENV = {
     "ISAACSIM_ASSET_ROOT": str(REPO / ".isaaclab-assets"),
     "WARP_CACHE_PATH": str(REPO / ".isaaclab-cache" / "warp"),
     "OMP_NUM_THREADS": "1",  # small models: a second torch thread only waits for a core other tests hold
+    "PYTHONUNBUFFERED": "1",  # a line printed to a pipe arrives when printed, not when a buffer fills
 }
 TASK = "Isaac-Pendulum-MARL-Direct"
 ROLLOUTS = 16  # the shipped YAML files' agent.rollouts
@@ -162,19 +165,29 @@ def test_isaaclab_play_plays_our_checkpoint_unchanged(trained):
     process = subprocess.Popen(
         command, cwd=trained.parent, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    output = []
+    lines: queue.Queue[str] = queue.Queue()  # read on a thread: waiting for the line has a deadline
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
+    reader.start()
+    output, playing, deadline = [], False, time.monotonic() + TIMEOUT
     try:
-        for line in process.stdout:
-            output.append(line)
-            if "Policy playback is running" in line:
+        while time.monotonic() < deadline and not playing:
+            try:
+                output.append(lines.get(timeout=1))
+            except queue.Empty:
+                if process.poll() is not None:
+                    break
+                continue
+            if "Policy playback is running" in output[-1]:
                 time.sleep(2)  # hundreds of steps
-                break
-        playing = process.poll() is None
+                playing = process.poll() is None
         process.send_signal(signal.SIGINT)
-        output.append(process.communicate(timeout=TIMEOUT)[0])
+        process.wait(timeout=TIMEOUT)
+        reader.join(timeout=10)
     finally:
         if process.poll() is None:
             process.kill()
+    while not lines.empty():
+        output.append(lines.get())
     text = "".join(output)
     assert playing, text[-3000:]
     assert process.returncode == 0, text[-3000:]
