@@ -163,7 +163,14 @@ def test_isaaclab_play_plays_our_checkpoint_unchanged(trained):
     checkpoint = trained / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
     command = [str(VENV / "bin" / "isaaclab"), "play", *ISAACLAB_ARGS, "--checkpoint", str(checkpoint)]
     process = subprocess.Popen(
-        command, cwd=trained.parent, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        cwd=trained.parent,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # Ctrl+C reaches it however the suite was started (a shell's background job ignores SIGINT, and so would it)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: queue.Queue[str] = queue.Queue()  # read on a thread: waiting for the line has a deadline
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
