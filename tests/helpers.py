@@ -223,3 +223,15 @@ def assert_same_checkpoints(a, b, env, *, atol=1e-6):
         assert len(x_rest) == len(y_rest), uid
         for u, v in zip(x_rest, y_rest, strict=True):  # learning rates, scheduler state, step counts
             assert u == pytest.approx(v, rel=1e-9, abs=0) if isinstance(u, float) else u == v, (uid, u, v)
+
+
+def state_of(agent, env):
+    """Every tensor of every agent's checkpoint entries (models, optimiser moments), in a fixed order."""
+    tensors = []
+    for uid in env.possible_agents:
+        for module in agent.checkpoint_modules[uid].values():
+            state = module.state_dict()
+            if "state" in state and "param_groups" in state:  # an optimiser: its moments
+                state = {f"{k}.{n}": v for k, s in state["state"].items() for n, v in s.items()}
+            tensors += [v.float() for v in state.values() if torch.is_tensor(v)]
+    return tensors

@@ -9,7 +9,7 @@ import gymnasium
 import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, lockstep, make_maddpg, make_maddpg_models, make_models, one_thread, params  # noqa: F401
+from helpers import QUIET, drive, lockstep, make_maddpg, make_maddpg_models, make_models, one_thread, params, state_of  # noqa: F401
 from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
@@ -31,18 +31,6 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
 
 def max_difference(a, b):
     return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
-
-
-def state_of(agent, env):
-    """Every tensor of every agent's checkpoint entries, in a fixed order."""
-    tensors = []
-    for uid in env.possible_agents:
-        for module in agent.checkpoint_modules[uid].values():
-            state = module.state_dict()
-            if "state" in state and "param_groups" in state:  # an optimiser: its moments
-                state = {f"{k}.{n}": v for k, s in state["state"].items() for n, v in s.items()}
-            tensors += [v.float() for v in state.values() if torch.is_tensor(v)]
-    return tensors
 
 
 CASES = {

@@ -10,7 +10,7 @@ import warnings
 import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, lockstep, one_thread, spread  # noqa: F401
+from helpers import QUIET, drive, lockstep, one_thread, spread, state_of  # noqa: F401
 from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from torch import nn
 
@@ -59,18 +59,6 @@ def rnn_models(env, *, cell="gru", algo="mappo", layers=1, hidden=16, doc=False)
         }
 
     return {uid: build(uid) for uid in env.possible_agents}
-
-
-def state_of(agent, env):
-    """Every tensor of every agent's checkpoint entries (models, optimiser moments), in a fixed order."""
-    tensors = []
-    for uid in env.possible_agents:
-        for module in agent.checkpoint_modules[uid].values():
-            state = module.state_dict()
-            if "state" in state and "param_groups" in state:  # an optimiser: its moments
-                state = {f"{k}.{n}": v for k, s in state["state"].items() for n, v in s.items()}
-            tensors += [v.float() for v in state.values() if torch.is_tensor(v)]
-    return tensors
 
 
 def max_difference(a, b):
