@@ -235,3 +235,9 @@ def state_of(agent, env):
                 state = {f"{k}.{n}": v for k, s in state["state"].items() for n, v in s.items()}
             tensors += [v.float() for v in state.values() if torch.is_tensor(v)]
     return tensors
+
+
+def max_difference(a, b):
+    """The largest elementwise difference between two equally long lists of tensors (as :func:`state_of` gives)."""
+    assert len(a) == len(b)
+    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))

@@ -9,7 +9,18 @@ import gymnasium
 import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, lockstep, make_maddpg, make_maddpg_models, make_models, one_thread, params, state_of  # noqa: F401
+from helpers import (  # noqa: F401
+    QUIET,
+    drive,
+    lockstep,
+    make_maddpg,
+    make_maddpg_models,
+    make_models,
+    max_difference,
+    one_thread,
+    params,
+    state_of,
+)
 from skrl.memories.torch import RandomMemory
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
@@ -27,10 +38,6 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     batched path, which ``"auto"`` leaves for the loop on a CPU with few agents."""
     cfg = {"batch_agent_models": True, **(cfg or {})}
     return helpers.make_agent(env, algo, shared=shared, cfg=cfg, models=models, **kwargs)
-
-
-def max_difference(a, b):
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
 CASES = {

@@ -10,7 +10,7 @@ import copy
 import helpers
 import pytest
 import torch
-from helpers import QUIET, make_models, one_thread, params, spread  # noqa: F401
+from helpers import QUIET, make_models, max_difference, one_thread, params, spread  # noqa: F401
 from skrl.resources.preprocessors.torch import RunningStandardScaler
 from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.trainers.torch import SequentialTrainer
@@ -38,10 +38,6 @@ def twins(env, *, algo="mappo", kind="batched", cfg=None, hidden=(8,)):
     compiled = helpers.make_agent(env, algo, cfg={**cfg, "compile": True}, models=copies)
     assert [g.batched for g in eager.groups] == [g.batched for g in compiled.groups]
     return eager, compiled
-
-
-def max_difference(a, b):
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
 def model_params(agent):

@@ -10,7 +10,7 @@ import warnings
 import helpers
 import pytest
 import torch
-from helpers import QUIET, drive, lockstep, one_thread, spread, state_of  # noqa: F401
+from helpers import QUIET, drive, lockstep, max_difference, one_thread, spread, state_of  # noqa: F401
 from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from torch import nn
 
@@ -59,11 +59,6 @@ def rnn_models(env, *, cell="gru", algo="mappo", layers=1, hidden=16, doc=False)
         }
 
     return {uid: build(uid) for uid in env.possible_agents}
-
-
-def max_difference(a, b):
-    assert len(a) == len(b)
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
 
 
 def same_acting(name, mine, own):
