@@ -6,6 +6,9 @@ to a CSV file: the mean episode return per agent over the first and the last 10%
 env frames) so that tables and plots can be redrawn without training again. A run whose (task, algo, seed, frames,
 config hash) is already in the CSV is skipped, so an interrupted study goes on where it stopped. Each run is a fresh
 process (``spawn``), so global RNGs and thread settings do not leak between runs; ``--jobs 2`` runs two at a time.
+A run holds the lock of a folder of its own under ``--work-dir`` (default ``runs/`` beside the CSV) while it trains,
+so two studies side by side never train the same run; a run with evaluation (the MaMuJoCo tasks) also keeps its state
+there at its evaluation points, and a killed study goes on from it (:class:`RunState`).
 
 Variants (:data:`VARIANTS`), all with the same models (policy and value MLPs 2x128 tanh from
 :mod:`skrl_marl_ext.models`; a Gaussian policy with initial log std 0 for Box actions, a categorical one for
@@ -98,6 +101,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -651,30 +655,139 @@ def deterministic_return(agent, env, *, timestep: int, timesteps: int, max_steps
     return float(returns.mean())
 
 
-def train_with_evaluation(trainer, eval_env, *, timesteps: int, points: int) -> tuple[dict[str, Any], float, float]:
+class RunState:
+    """A run in progress, kept in a folder of its own under ``--work-dir`` so that a killed study loses at most the
+    steps since the run's last evaluation point.
+
+    At each evaluation point that ends an on-policy rollout (every point for MADDPG, whose replay goes with it; the
+    run's last step always) the folder gets the agent's checkpoint (``agent_<step>.pt``, written whole or not at all)
+    and then ``progress.json``, which names it and holds the rest: the steps done, the finished episodes, the
+    evaluation curve, the seconds spent, and torch's, numpy's and Python's RNG states. The next study that plans the
+    run goes on from there: the agent loaded (its schedules, optimisers, preprocessors and MADDPG's replay continue),
+    the RNGs restored, the envs made anew from seed ``seed + step`` (the episodes under way at the kill are lost, as
+    with ``skrl-marl train --resume``). The row's ``curve`` then lists the frames it was resumed at
+    (``resumed_at_frames``).
+    """
+
+    PROGRESS = "progress.json"
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        path = os.path.join(folder, self.PROGRESS)
+        self.saved: dict[str, Any] | None = None
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as file:
+                self.saved = json.load(file)
+
+    @property
+    def step(self) -> int:
+        """The steps the kept state has done (0 for a new run)."""
+        return self.saved["step"] if self.saved else 0
+
+    def restore(self, agent) -> None:
+        """Load the kept agent and RNG states (after the trainer is built: the Runner seeds the RNGs)."""
+        if not self.saved:
+            return
+        import random
+
+        import numpy as np
+        import torch
+
+        agent.load(os.path.join(self.folder, self.saved["agent"]))
+        rng = self.saved["rng"]
+        torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
+        name, keys, *rest = rng["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+        version, internal, gauss = rng["random"]
+        random.setstate((version, tuple(internal), gauss))
+
+    def write(self, agent, *, step: int, record: dict[str, Any]) -> None:
+        """Keep the agent at ``step`` and ``record`` (episodes, evaluation curve, seconds, resumes) with the RNGs."""
+        import random
+
+        import numpy as np
+        import torch
+
+        from skrl_marl_ext.files import write_text
+
+        name = f"agent_{step}.pt"
+        agent.save(os.path.join(self.folder, name))
+        numpy_name, keys, *rest = np.random.get_state()
+        rng = {
+            "torch": torch.get_rng_state().tolist(),
+            "numpy": [numpy_name, keys.tolist(), *rest],
+            "random": random.getstate(),
+        }
+        previous = self.saved["agent"] if self.saved else None
+        self.saved = {"step": step, "agent": name, "rng": rng, **record}
+        write_text(os.path.join(self.folder, self.PROGRESS), json.dumps(self.saved, separators=(",", ":")))
+        if previous and previous != name:
+            os.remove(os.path.join(self.folder, previous))
+
+
+def train_with_evaluation(
+    trainer, eval_env, *, timesteps: int, points: int, keep: RunState | None = None, setup: float = 0.0, code: str = ""
+) -> dict[str, Any]:
     """Train as skrl's ``SequentialTrainer.train`` does (each step :func:`skrl_marl_ext.trainers.interact`), with
-    :func:`deterministic_return` on ``eval_env`` at :func:`evaluation_steps`; returns the evaluation curve (frames of
-    the training env, returns, episodes per point) and the seconds (wall, CPU) the evaluations took."""
+    :func:`deterministic_return` on ``eval_env`` at :func:`evaluation_steps`; with ``keep``, from the state it holds,
+    writing the run's state at the evaluation points (:class:`RunState`).
+
+    Returns the whole run's record: ``episodes`` (``(step, returns)`` of the training env, an
+    :class:`~skrl_marl_ext.envs.EpisodeRecorder`), ``eval_curve`` (frames of the training env, returns, episodes per
+    point), the seconds (wall and CPU) of ``train`` (without the evaluations) and ``eval``, and of ``setup`` (each
+    start's, given), ``resumed_at`` (steps) and ``codes`` (each start's code version, given, once each).
+    """
     from skrl_marl_ext.trainers import interact
 
     agent, env = trainer.agents, trainer.env
+    done = keep.step if keep is not None else 0
+    if keep is not None:
+        keep.restore(agent)
+    record: dict[str, Any] = {
+        "episodes": [],
+        "eval_curve": {"frames": [], "returns": [], "episodes": eval_env.num_envs},
+        "seconds": {"train": 0.0, "train_cpu": 0.0, "eval": 0.0, "eval_cpu": 0.0, "setup": 0.0},
+        "resumed_at": [],
+        "codes": [],
+    }
+    if done:
+        record = {key: copy.deepcopy(keep.saved[key]) for key in record}
+        record["resumed_at"].append(done)
+    seconds = record["seconds"]
+    seconds["setup"] += setup
+    record["codes"] += [code] if code not in record["codes"] else []
+    rollouts = getattr(agent.cfg, "rollouts", None)  # on-policy: a state mid-rollout would drop the rollout's steps
     at = set(evaluation_steps(timesteps=timesteps, points=points))
-    curve: dict[str, Any] = {"frames": [], "returns": [], "episodes": eval_env.num_envs}
-    seconds = cpu_seconds = 0.0
+    start, cpu_start = time.perf_counter(), time.process_time()
+
+    def account(key: str) -> None:
+        nonlocal start, cpu_start
+        now, cpu_now = time.perf_counter(), time.process_time()
+        seconds[key] += now - start
+        seconds[f"{key}_cpu"] += cpu_now - cpu_start
+        start, cpu_start = now, cpu_now
+
     agent.enable_training_mode(True)
     observations, _ = env.reset()
     states = env.state()
-    for timestep in range(timesteps):
-        step = interact(agent, env, observations, states, timestep=timestep, timesteps=timesteps)
+    for timestep in range(timesteps - done):  # the agent counts the steps done before (its progress) on top
+        step = interact(agent, env, observations, states, timestep=timestep, timesteps=timesteps - done)
         observations, states = step.next_observations, step.next_states  # the batched envs reset copies in place
-        if timestep + 1 in at:
-            start, cpu_start = time.perf_counter(), time.process_time()
-            value = deterministic_return(agent, eval_env, timestep=timestep, timesteps=timesteps)
-            seconds += time.perf_counter() - start
-            cpu_seconds += time.process_time() - cpu_start
-            curve["frames"].append((timestep + 1) * env.num_envs)
-            curve["returns"].append(float(f"{value:.6g}"))
-    return curve, seconds, cpu_seconds
+        run_step = done + timestep + 1
+        if run_step not in at:
+            continue
+        account("train")
+        value = deterministic_return(agent, eval_env, timestep=timestep, timesteps=timesteps - done)
+        record["eval_curve"]["frames"].append(run_step * env.num_envs)
+        record["eval_curve"]["returns"].append(float(f"{value:.6g}"))
+        account("eval")
+        if keep is not None and (not rollouts or run_step % rollouts == 0 or run_step == timesteps):
+            episodes = record["episodes"] + [[done + s, r] for s, r in env.episodes]
+            keep.write(agent, step=run_step, record={**record, "episodes": episodes})
+            account("train")  # writing the state is part of the run's cost
+    account("train")
+    record["episodes"] += [[done + s, r] for s, r in env.episodes]
+    return record
 
 
 def mean_return(episodes: list[tuple[int, dict[str, float]]]) -> float:
@@ -702,8 +815,9 @@ def binned_curve(
     }
 
 
-def run_one(job: dict[str, Any]) -> dict[str, Any]:
-    """Train one (task, algo, seed); return its CSV row. Runs in a process of its own."""
+def run_one(job: dict[str, Any], keep: RunState | None = None) -> dict[str, Any]:
+    """Train one (task, algo, seed), a run with evaluation from ``keep``'s state when it holds one; return its CSV
+    row."""
     import logging
     import tempfile
 
@@ -718,44 +832,59 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
 
     variant = variants_for(job["task"])[job["algo"]]
     env_kwargs = job.get("env_kwargs") or {}
+    evaluate = job.get("eval_episodes", 0) > 0
+    keep = keep if evaluate else None
+    done = keep.step if keep is not None else 0  # a resumed run's envs start anew from seed + steps done
     start = time.perf_counter()
     env = EpisodeRecorder(
-        make_env(job["task"], num_envs=job["num_envs"], device=job["device"], seed=job["seed"], **env_kwargs)
+        make_env(job["task"], num_envs=job["num_envs"], device=job["device"], seed=job["seed"] + done, **env_kwargs)
     )
-    evaluate = job.get("eval_episodes", 0) > 0
     if evaluate:  # envs of their own, seeded apart from the training envs
-        eval_seed = job["seed"] + EVAL_SEED_OFFSET
+        eval_seed = job["seed"] + EVAL_SEED_OFFSET + done
         eval_env = make_env(
             job["task"], num_envs=job["eval_episodes"], device=job["device"], seed=eval_seed, **env_kwargs
         )
-    extra = {"config": job["config"]} if variant.builder == "runner" and "config" in job else {}
+    extra = {}
+    if variant.builder == "runner" and "config" in job:
+        extra = {"config": copy.deepcopy(job["config"])}
+        if extra["config"]["agent"].get("class") == "MADDPG":  # its replay goes into the kept state
+            extra["config"]["agent"]["checkpoint_replay"] = True
     with tempfile.TemporaryDirectory(prefix="learning_study_") as directory:
         trainer = BUILDERS[variant.builder](
             env, variant=variant, seed=job["seed"], timesteps=job["timesteps"], directory=directory, **extra
         )
         setup = time.perf_counter() - start
-        start, cpu_start = time.perf_counter(), time.process_time()
         if evaluate:
-            eval_curve, eval_seconds, eval_cpu_seconds = train_with_evaluation(
-                trainer, eval_env, timesteps=job["timesteps"], points=job["eval_points"]
+            record = train_with_evaluation(
+                trainer,
+                eval_env,
+                timesteps=job["timesteps"],
+                points=job["eval_points"],
+                keep=keep,
+                setup=setup,
+                code=job["code"],
             )
+            seconds = record["seconds"]
+            wall, cpu, setup, episodes = seconds["train"], seconds["train_cpu"], seconds["setup"], record["episodes"]
         else:
+            start = time.perf_counter()
             trainer.train()
-        wall = time.perf_counter() - start - (eval_seconds if evaluate else 0.0)
-        cpu = time.process_time() - cpu_start - (eval_cpu_seconds if evaluate else 0.0)
+            wall, episodes = time.perf_counter() - start, env.episodes
         leftovers = [name for name in os.listdir(directory) if name != "run"] + (
             os.listdir(os.path.join(directory, "run")) if os.path.isdir(os.path.join(directory, "run")) else []
         )
-    episodes = env.episodes
     tenth = max(1, len(episodes) // 10)
     curve = binned_curve(episodes, timesteps=job["timesteps"], num_envs=job["num_envs"], bins=job["bins"])
     evaluation = {}
     if evaluate:
         eval_env.close()
+        eval_curve = record["eval_curve"]
+        if record["resumed_at"]:
+            curve["resumed_at_frames"] = [step * job["num_envs"] for step in record["resumed_at"]]
         evaluation = {
             "eval_return": f"{eval_curve['returns'][-1]:.6g}",
             "eval_curve": json.dumps(eval_curve, separators=(",", ":")),
-            "eval_seconds": f"{eval_seconds:.1f}",
+            "eval_seconds": f"{seconds['eval']:.1f}",
             "cpu_seconds": f"{cpu:.1f}",
         }
     return {
@@ -773,7 +902,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "wall_seconds": f"{wall:.1f}",
         "setup_seconds": f"{setup:.1f}",
         "threads": torch.get_num_threads(),
-        "code": job["code"],
+        "code": ",".join(record["codes"]) if evaluate else job["code"],
         "versions": f"skrl {skrl.__version__}, torch {torch.__version__}",
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "curve": json.dumps(curve, separators=(",", ":")),
@@ -893,10 +1022,42 @@ def plan(args: argparse.Namespace) -> list[dict[str, Any]]:
                         "threads": args.threads,
                         "bins": args.bins,
                         "code": code,
+                        "csv": args.csv,
+                        "work_dir": os.path.abspath(args.work_dir),
                         **extra,
                     }
                 )
     return jobs
+
+
+def run_folder(job: dict[str, Any]) -> str:
+    """The folder under ``--work-dir`` of the run ``job`` while it is in progress (:class:`RunState`)."""
+    name = f"{_slug(job['task'])}_{job['algo']}_seed{job['seed']}_{job['frames']}_{job['config_hash']}"
+    return os.path.join(job["work_dir"], name)
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Train the run ``job`` (:func:`run_one`) and append its row to ``job["csv"]``, holding the lock of its
+    :func:`run_folder` throughout: a run another process holds, or whose row is in the CSV by now, is skipped
+    (``{"_skipped": why}``). The folder goes once the row is written. Runs in a process of its own."""
+    from skrl_marl_ext.cli.errors import UsageError
+    from skrl_marl_ext.cli.run_folder import RunLock
+
+    folder = run_folder(job)
+    os.makedirs(folder, exist_ok=True)
+    try:
+        with RunLock(folder, option=f"--work-dir {job['work_dir']}"):
+            if any(row_key(row) == row_key(job) for row in read_rows(job["csv"])):
+                return {"_skipped": f"in {job['csv']} by now"}
+            state = RunState(folder)
+            if state.step:
+                print(f"resume {_describe(job)} from step {state.step} of {job['timesteps']}", flush=True)
+            row = run_one(job, state)
+            append_row(job["csv"], row)
+            shutil.rmtree(folder)
+    except UsageError as error:
+        return {"_skipped": str(error)}
+    return row
 
 
 def _describe(job: dict[str, Any]) -> str:
@@ -926,17 +1087,19 @@ def study(args: argparse.Namespace) -> int:
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[name] = str(args.threads)
 
-    failures = 0
-    finished = 0
+    failures = skipped = finished = 0
 
     def record(job, row=None, error=None):
-        nonlocal failures, finished
+        nonlocal failures, skipped, finished
         finished += 1
         if error is not None:
             failures += 1
             print(f"[{finished}/{len(todo)}] FAILED {_describe(job)}:\n{error}", file=sys.stderr, flush=True)
             return
-        append_row(args.csv, row)
+        if "_skipped" in row:
+            skipped += 1
+            print(f"[{finished}/{len(todo)}] skip {_describe(job)}: {row['_skipped']}", flush=True)
+            return
         if row["_leftovers"]:
             print(f"  note: the run wrote {row['_leftovers']} into its experiment directory", flush=True)
         print(
@@ -948,12 +1111,13 @@ def study(args: argparse.Namespace) -> int:
     if args.in_process:
         for job in todo:
             try:
-                record(job, run_one(job))
+                record(job, run_job(job))
             except Exception:
                 record(job, error=traceback.format_exc())
     else:
         _run_pool(todo, args.jobs, record)
-    print(f"{finished - failures} runs written to {args.csv}, {failures} failed", flush=True)
+    written = finished - failures - skipped
+    print(f"{written} runs written to {args.csv}, {skipped} skipped, {failures} failed", flush=True)
     return 1 if failures else 0
 
 
@@ -965,7 +1129,7 @@ def _run_pool(todo: list[dict[str, Any]], jobs: int, record: Callable[..., None]
     kwargs = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}  # a fresh process per run
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context, **kwargs) as pool:
-        futures = {pool.submit(run_one, job): job for job in todo}
+        futures = {pool.submit(run_job, job): job for job in todo}
         try:
             for future in as_completed(futures):
                 job = futures[future]
@@ -1314,6 +1478,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="results file (appended to; read by --report) (default: benchmarks/results/learning_study.csv; for "
         "MaMuJoCo tasks learning_mamujoco.csv beside it)",
     )
+    parser.add_argument(
+        "--work-dir",
+        default=None,
+        help="where runs with evaluation keep their state while in progress, a killed study going on from it "
+        "(default: runs/ beside --csv, which git ignores)",
+    )
     parser.add_argument("--in-process", action="store_true", help="run in this process, one after another (debug)")
     parser.add_argument("--report", action="store_true", help="no training: tables and plots from --csv")
     parser.add_argument("--images-dir", default=DEFAULT_IMAGES, help="where --report writes learning_<task>.png")
@@ -1324,6 +1494,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         if len(mamujoco) > 1:
             parser.error("MaMuJoCo tasks and others write different CSVs: run them apart, or give --csv")
         args.csv = MAMUJOCO_CSV if mamujoco == {True} else DEFAULT_CSV
+    if args.work_dir is None:
+        args.work_dir = os.path.join(os.path.dirname(os.path.abspath(args.csv)), "runs")
     if args.algos is None:
         args.algos = ",".join(MAMUJOCO_ALGOS if mamujoco == {True} else DEFAULT_ALGOS)
     args.algos = [a.strip() for a in args.algos.split(",") if a.strip()]

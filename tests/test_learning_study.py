@@ -89,3 +89,63 @@ def test_a_mamujoco_run_writes_its_evaluation_and_the_report_draws_it(study, tmp
     assert study.main(["--report", "--csv", path, "--images-dir", str(tmp_path)]) == 0
     assert "| mappo | 1 | 20 |" in capsys.readouterr().out
     assert (tmp_path / "learning_mamujoco-HalfCheetah-2x3.png").is_file()
+
+
+def _mamujoco_argv(path, algo, timesteps, points):
+    argv = ["--tasks", "mamujoco:HalfCheetah-2x3", "--algos", algo, "--seeds", "0", "--timesteps", str(timesteps)]
+    return argv + ["--eval-episodes", "1", "--eval-points", str(points), "--csv", str(path), "--bins", "2"]
+
+
+def test_a_run_held_by_another_process_is_skipped_and_runs_once_it_is_free(study, tmp_path, capsys):
+    from skrl_marl_ext.cli.run_folder import RunLock
+
+    path = tmp_path / "mamujoco.csv"
+    argv = _mamujoco_argv(path, "maddpg", 8, 2) + ["--in-process"]
+    (job,) = study.plan(study.parse_args(argv))
+    folder = Path(study.run_folder(job))
+    assert folder.parent == tmp_path / "runs"  # the default --work-dir: runs/ beside the CSV
+    folder.mkdir(parents=True)
+    with RunLock(str(folder), option="test"):
+        assert study.main(argv) == 0
+    assert "skip mamujoco:HalfCheetah-2x3 maddpg seed 0" in capsys.readouterr().out
+    assert study.read_rows(str(path)) == []
+    assert study.main(argv) == 0
+    (row,) = study.read_rows(str(path))
+    assert json.loads(row["eval_curve"])["frames"] == [40, 80] and "resumed_at_frames" not in row["curve"]
+    assert not folder.exists()  # the run's state goes once its row is written
+
+
+@pytest.mark.slow
+def test_a_killed_run_goes_on_from_its_last_kept_state(study, tmp_path):
+    """A run killed after an evaluation point that ended a rollout goes on from there at the next study: one row,
+    every evaluation point, the frames it was resumed at, its folder gone."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    path = tmp_path / "mamujoco.csv"
+    argv = _mamujoco_argv(path, "mappo", 600, 3) + ["--in-process"]  # rollouts of 200 steps: kept at 200 and 400
+    (job,) = study.plan(study.parse_args(argv))
+    progress = Path(study.run_folder(job)) / study.RunState.PROGRESS
+    script = str(REPO / "benchmarks" / "learning_study.py")
+    process = subprocess.Popen([sys.executable, script, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not progress.is_file() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert progress.is_file(), f"no state kept (exit {process.poll()}): {process.stderr.read().decode()[-2000:]}"
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+    kept = json.loads(progress.read_text())["step"]
+    assert kept in (200, 400) and study.read_rows(str(path)) == []
+
+    assert study.main(argv) == 0
+    (row,) = study.read_rows(str(path))
+    assert json.loads(row["eval_curve"])["frames"] == [4000, 8000, 12000]
+    assert json.loads(row["curve"])["resumed_at_frames"] == [kept * 20]
+    assert float(row["wall_seconds"]) > 0 and float(row["cpu_seconds"]) > 0
+    assert not progress.parent.exists()
+    assert study.main(argv) == 0 and len(study.read_rows(str(path))) == 1  # done: skipped
