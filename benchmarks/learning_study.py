@@ -1379,6 +1379,14 @@ def report_mamujoco(task: str, frames: int, lines: dict, keys: list[tuple[str, s
         "s/run: wall time of the training loop without the evaluations; CPU min/1M frames: its CPU time per million "
         "frames (one torch thread; not inflated by other processes on the machine)."
     )
+    resumed = [
+        f"{labels[key]} seed {r['seed']} at {', '.join(_frames(f) for f in json.loads(r['curve'])['resumed_at_frames'])}"
+        for key in keys
+        for r in sorted(lines[key], key=lambda r: int(r["seed"]))
+        if "resumed_at_frames" in json.loads(r["curve"])
+    ]
+    if resumed:
+        print(f"\nresumed after a kill (new episodes from there): {'; '.join(resumed)}.")
     plot_group(
         curves,
         labels,

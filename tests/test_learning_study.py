@@ -116,7 +116,7 @@ def test_a_run_held_by_another_process_is_skipped_and_runs_once_it_is_free(study
 
 
 @pytest.mark.slow
-def test_a_killed_run_goes_on_from_its_last_kept_state(study, tmp_path):
+def test_a_killed_run_goes_on_from_its_last_kept_state(study, tmp_path, capsys):
     """A run killed after an evaluation point that ended a rollout goes on from there at the next study: one row,
     every evaluation point, the frames it was resumed at, its folder gone."""
     import os
@@ -149,3 +149,6 @@ def test_a_killed_run_goes_on_from_its_last_kept_state(study, tmp_path):
     assert float(row["wall_seconds"]) > 0 and float(row["cpu_seconds"]) > 0
     assert not progress.parent.exists()
     assert study.main(argv) == 0 and len(study.read_rows(str(path))) == 1  # done: skipped
+    capsys.readouterr()
+    assert study.main(["--report", "--csv", str(path), "--images-dir", str(tmp_path)]) == 0
+    assert f"resumed after a kill (new episodes from there): mappo seed 0 at {kept * 20}." in (capsys.readouterr().out)
