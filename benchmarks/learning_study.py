@@ -1489,8 +1489,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--work-dir",
         default=None,
-        help="where runs with evaluation keep their state while in progress, a killed study going on from it "
-        "(default: runs/ beside --csv, which git ignores)",
+        help="where each run holds a lock while it trains and a run with evaluation keeps its state, a killed study "
+        "going on from it (default: runs/ beside --csv, which git ignores)",
     )
     parser.add_argument("--in-process", action="store_true", help="run in this process, one after another (debug)")
     parser.add_argument("--report", action="store_true", help="no training: tables and plots from --csv")
