@@ -91,6 +91,7 @@ The pilot that sized it (one seed, 50k frames, five evaluations, into a scratch 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import csv
 import dataclasses
@@ -1045,18 +1046,19 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 
     folder = run_folder(job)
     os.makedirs(folder, exist_ok=True)
-    try:
-        with RunLock(folder, option=f"--work-dir {job['work_dir']}"):
-            if any(row_key(row) == row_key(job) for row in read_rows(job["csv"])):
-                return {"_skipped": f"in {job['csv']} by now"}
-            state = RunState(folder)
-            if state.step:
-                print(f"resume {_describe(job)} from step {state.step} of {job['timesteps']}", flush=True)
-            row = run_one(job, state)
-            append_row(job["csv"], row)
-            shutil.rmtree(folder)
-    except UsageError as error:
-        return {"_skipped": str(error)}
+    with contextlib.ExitStack() as held:
+        try:  # only a lock held elsewhere skips the run; an error of the run itself fails it
+            held.enter_context(RunLock(folder, option=f"--work-dir {job['work_dir']}"))
+        except UsageError as error:
+            return {"_skipped": str(error)}
+        if any(row_key(row) == row_key(job) for row in read_rows(job["csv"])):
+            return {"_skipped": f"in {job['csv']} by now"}
+        state = RunState(folder)
+        if state.step:
+            print(f"resume {_describe(job)} from step {state.step} of {job['timesteps']}", flush=True)
+        row = run_one(job, state)
+        append_row(job["csv"], row)
+        shutil.rmtree(folder)
     return row
 
 
