@@ -9,6 +9,7 @@ does. One rollout and its update run untimed first.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -248,6 +249,48 @@ def round_up(timesteps: int, rollouts: int) -> int:
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function ``I_x(a, b)`` (its continued fraction, modified Lentz)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast only below this point
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def welch_test(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Welch's t-test of two samples' means: ``(t, degrees of freedom, two-sided p)``.
+
+    The same as ``scipy.stats.ttest_ind(a, b, equal_var=False)``, without scipy."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's t-test needs at least 2 values per sample, got {len(a)} and {len(b)}")
+    # each mean and its squared standard error
+    (mean_a, se2_a), (mean_b, se2_b) = ((statistics.fmean(s), statistics.variance(s) / len(s)) for s in (a, b))
+    if se2_a + se2_b == 0.0:
+        t = 0.0 if mean_a == mean_b else math.copysign(math.inf, mean_a - mean_b)
+        return t, float(len(a) + len(b) - 2), float(mean_a == mean_b)
+    t = (mean_a - mean_b) / math.sqrt(se2_a + se2_b)
+    df = (se2_a + se2_b) ** 2 / (se2_a**2 / (len(a) - 1) + se2_b**2 / (len(b) - 1))
+    return t, df, _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:

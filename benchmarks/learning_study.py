@@ -68,18 +68,20 @@ values where it tuned them, :data:`HARL_TASK_OVERRIDES`), on HARL's observations
 Each run is evaluated along the way (``--eval-points``, default 20, the last at its end) with the policies' mean
 actions on ``--eval-episodes`` (default 10) envs of its own; the row holds the final evaluation return, the
 evaluation curve and the CPU time of training (:data:`EVAL_COLUMNS`), in ``benchmarks/results/learning_mamujoco.csv``
-(the default ``--csv`` of these tasks). The study: 3 tasks x 5 variants x 3 seeds, 2M frames per run; the runs start
-task by task, seed by seed, so the first task's table fills first. The on-policy variants run in the background two
-at a time; MADDPG (a gradient step of 1000 samples at every step of its 10 envs, about ten times an on-policy run's
-CPU time per frame) goes after them, in a command of its own; then the tables and plots::
+(the default ``--csv`` of these tasks). The study: the four on-policy variants on 3 tasks, 3 seeds each (5 on
+Walker2d, where 3 left HAPPO against MAPPO unsure), and MADDPG on HalfCheetah 2x3 (a gradient step of 1000 samples
+at every step of its 10 envs, about ten times an on-policy run's CPU time per frame), 2M frames per run. The runs
+start task by task, seed by seed, so the first task's table fills first; two commands side by side on the same runs
+share them through the runs' locks. Then the tables, plots and Welch's t-tests of HAPPO against each variant::
 
     nohup python benchmarks/learning_study.py \\
         --tasks mamujoco:HalfCheetah-2x3,mamujoco:Walker2d-2x3,mamujoco:HalfCheetah-6x1 \\
         --algos happo,mappo,mappo-own,ippo --seeds 0-2 --frames 2000000 --jobs 2 > mamujoco_study.log 2>&1 &
-    # when it has finished:
-    nohup python benchmarks/learning_study.py \\
-        --tasks mamujoco:HalfCheetah-2x3,mamujoco:Walker2d-2x3,mamujoco:HalfCheetah-6x1 \\
-        --algos maddpg --seeds 0-2 --frames 2000000 --jobs 2 > mamujoco_maddpg.log 2>&1 &
+    python benchmarks/learning_study.py --tasks mamujoco:Walker2d-2x3 --algos happo,mappo,mappo-own,ippo \\
+        --seeds 0-4 --frames 2000000 --jobs 2
+    # MADDPG, the same command in two shells (one run each):
+    python benchmarks/learning_study.py --tasks mamujoco:HalfCheetah-2x3 --algos maddpg --seeds 0-2 \\
+        --frames 2000000 --jobs 1
     python benchmarks/learning_study.py --report --csv benchmarks/results/learning_mamujoco.csv
 
 The pilot that sized it (one seed, 50k frames, five evaluations, into a scratch CSV)::
@@ -1319,7 +1321,7 @@ def _labels(keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]
 def report_mamujoco(task: str, frames: int, lines: dict, keys: list[tuple[str, str, str]], *, path: str) -> None:
     """A MaMuJoCo task's table (deterministic evaluation and training returns, 95% intervals over seeds) and plot
     (training curves, evaluation points)."""
-    from bench_common import markdown_table
+    from bench_common import markdown_table, welch_test
 
     labels = _labels(keys)
     evaluated = [key for key in keys if all(r.get("eval_curve") for r in lines[key])]
@@ -1381,6 +1383,17 @@ def report_mamujoco(task: str, frames: int, lines: dict, keys: list[tuple[str, s
         "s/run: wall time of the training loop without the evaluations; CPU min/1M frames: its CPU time per million "
         "frames (one torch thread; not inflated by other processes on the machine)."
     )
+    tested = [key for key in evaluated if key[0] == "happo"]
+    if tested:
+        happo = [float(r["eval_return"]) for r in lines[tested[0]]]
+        tests = []
+        for key in evaluated:
+            others = [float(r["eval_return"]) for r in lines[key]]
+            if key != tested[0] and min(len(happo), len(others)) >= 2:
+                t, df, p = welch_test(happo, others)
+                tests.append(f"{labels[key]} t = {t:.2f}, df = {df:.1f}, p = {p:.2f}")
+        if tests:
+            print(f"\nhappo's eval return against each (Welch's t-test over seeds, two-sided): {'; '.join(tests)}.")
     resumed = [
         f"{labels[key]} seed {r['seed']} at {', '.join(_frames(f) for f in json.loads(r['curve'])['resumed_at_frames'])}"
         for key in keys

@@ -154,3 +154,35 @@ def test_a_killed_run_goes_on_from_its_last_kept_state(study, tmp_path, capsys):
     capsys.readouterr()
     assert study.main(["--report", "--csv", str(path), "--images-dir", str(tmp_path)]) == 0
     assert f"resumed after a kill (new episodes from there): mappo seed 0 at {kept * 20}." in (capsys.readouterr().out)
+
+
+def test_welch_test_equals_its_closed_form_and_scipy(study):
+    from bench_common import welch_test
+
+    # two samples of 2 with equal variances: 2 degrees of freedom, where p = 1 - |t| / sqrt(t^2 + 2)
+    t, df, p = welch_test([0.0, 2.0], [2.0, 4.0])
+    assert t == pytest.approx(-(2**0.5), rel=1e-12) and df == pytest.approx(2.0, rel=1e-12)
+    assert p == pytest.approx(1.0 - 2**0.5 / 2.0, rel=1e-12)
+    # Walker2d's happo against mappo; scipy.stats.ttest_ind(a, b, equal_var=False) gives these
+    t, df, p = welch_test([4072, 4493, 4678, 7083, 5522], [1292, 4066, 3846, 4554, 1862])
+    assert (t, df, p) == pytest.approx((2.436975508611572, 7.714090179130802, 0.041838242485310775), rel=1e-9)
+    assert welch_test([1.0, 1.0], [1.0, 1.0])[2] == 1.0 and welch_test([1.0, 1.0], [2.0, 2.0])[2] == 0.0
+    with pytest.raises(ValueError, match="at least 2 values"):
+        welch_test([1.0], [1.0, 2.0])
+
+
+def test_the_mamujoco_report_tests_happo_against_each_variant(study, tmp_path, capsys):
+    path = str(tmp_path / "mamujoco.csv")
+    returns = {"happo": [4072, 4493, 4678, 7083, 5522], "mappo": [1292, 4066, 3846, 4554, 1862]}
+    for algo, values in returns.items():
+        for seed, value in enumerate(values):
+            curve = json.dumps({"frames": [1000, 2000], "returns": [value / 2, value], "episodes": 10})
+            row = _row(study, task="mamujoco:HalfCheetah-2x3", algo=algo, seed=str(seed), frames="2000", curve=curve)
+            row.update(num_envs="20", eval_return=str(value), eval_curve=curve, eval_seconds="1", cpu_seconds="1")
+            study.append_row(path, row)
+    assert study.main(["--report", "--csv", path, "--images-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "happo's eval return against each (Welch's t-test over seeds, two-sided): mappo t = 2.44, df = 7.7, p = 0.04."
+        in out
+    )
