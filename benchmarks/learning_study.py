@@ -79,7 +79,7 @@ share them through the runs' locks. Then the tables, plots and Welch's t-tests o
         --algos happo,mappo,mappo-own,ippo --seeds 0-2 --frames 2000000 --jobs 2 > mamujoco_study.log 2>&1 &
     python benchmarks/learning_study.py --tasks mamujoco:Walker2d-2x3 --algos happo,mappo,mappo-own,ippo \\
         --seeds 0-4 --frames 2000000 --jobs 2
-    # MADDPG, the same command in two shells (one run each):
+    # MADDPG, the same command in two or three shells (one run each):
     python benchmarks/learning_study.py --tasks mamujoco:HalfCheetah-2x3 --algos maddpg --seeds 0-2 \\
         --frames 2000000 --jobs 1
     python benchmarks/learning_study.py --report --csv benchmarks/results/learning_mamujoco.csv
