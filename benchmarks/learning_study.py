@@ -711,7 +711,7 @@ class RunState:
         import numpy as np
         import torch
 
-        from skrl_marl_ext.files import write_text
+        from skrl_marl_ext.checkpoints.files import write_text
 
         name = f"agent_{step}.pt"
         agent.save(os.path.join(self.folder, name))

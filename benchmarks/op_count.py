@@ -26,7 +26,7 @@ parameter tensor) but runs about 10 ``_foreach_*`` ops for all of them on CUDA. 
 such optimisers are switched to ``foreach=True`` so that a CPU count is the count of a CUDA run; ``--adam-foreach
 device`` keeps torch's choice for ``--device``. The same switch covers this package's per-agent gradient clip of a
 batched group, which takes a norm per gradient tensor on CPU but one norm of their concatenation elsewhere
-(:data:`skrl_marl_ext.groups.stacked.NORMS_PER_TENSOR_ON`): ``cuda`` counts the latter. (This package's agents build
+(:data:`skrl_marl_ext.groups.optim.NORMS_PER_TENSOR_ON`): ``cuda`` counts the latter. (This package's agents build
 their Adams fused where torch has the kernel, CPU and CUDA alike: one ``_fused_adam_`` op per step, left as it is;
 ``clip_grad_norm_`` uses ``_foreach_norm`` on CPU and CUDA alike.)
 
@@ -80,11 +80,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from skrl_marl_ext.trainers import PHASES, interact
 
-try:  # where the per-agent clip's switch lives (earlier versions: agents/batched.py; before batched groups: none)
-    from skrl_marl_ext.groups import stacked as batched
+try:  # where the per-agent clip's switch lives (earlier: groups/stacked.py, agents/batched.py; before groups: none)
+    from skrl_marl_ext.groups import optim as batched
 except ImportError:  # pragma: no cover
     try:
-        from skrl_marl_ext.agents import batched
+        from skrl_marl_ext.groups import stacked as batched
     except ImportError:
         batched = None
 

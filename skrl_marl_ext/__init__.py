@@ -23,7 +23,7 @@ _EXPORTS = {
     "MAPPO": "skrl_marl_ext.algorithms",
     "MAPPO_CFG": "skrl_marl_ext.algorithms",
     "ValueNorm": "skrl_marl_ext.preprocessors",
-    "export_for_skrl": "skrl_marl_ext.export",
+    "export_for_skrl": "skrl_marl_ext.checkpoints.export",
     "joint_action_space": "skrl_marl_ext.models.maddpg_models",
 }
 """Exported name -> module it is imported from on first use."""
@@ -46,7 +46,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from skrl_marl_ext.algorithms import HAPPO, HAPPO_CFG, IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
-    from skrl_marl_ext.export import export_for_skrl
+    from skrl_marl_ext.checkpoints.export import export_for_skrl
     from skrl_marl_ext.keys import AGENT_MASK_KEY
     from skrl_marl_ext.models.maddpg_models import joint_action_space
     from skrl_marl_ext.preprocessors import ValueNorm

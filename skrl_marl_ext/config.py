@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 from typing import Any, ClassVar
 
 from skrl.multi_agents.torch import ExperimentCfg, MultiAgentCfg
 
-
-def unknown_key_error(owner: str, key: str, known: list[str]) -> ValueError:
-    """``owner: unknown config key 'key'. Did you mean '<closest>'? Valid keys: ...`` (the Runner's check uses it too)."""
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    return ValueError(f"{owner}: unknown config key '{key}'.{hint} Valid keys: {', '.join(sorted(known))}")
+from skrl_marl_ext.checks.values import unknown_key_error
 
 
 def _dataclass_from_dict(cls: type, values: dict[str, Any], owner: str):
@@ -132,26 +126,3 @@ class MarlCfg(MultiAgentCfg):
         """The value of field ``name`` for agent ``uid`` (after :meth:`expand`)."""
         value = getattr(self, name)
         return value if name in self.shared_fields else value[uid]
-
-
-def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
-    """Raise a ValueError naming ``name`` when ``value`` is not one of ``choices``."""
-    if value not in choices:
-        raise ValueError(f"{owner}: cfg.{name} must be one of {list(choices)}, got {value!r}")
-
-
-def check_range(owner: str, name: str, value: Any, *, low=None, high=None, low_open=False) -> None:
-    """Raise a ValueError naming ``name`` when ``value`` is not a number within the given bounds."""
-    values = value.values() if isinstance(value, dict) else [value]
-    for v in values:
-        v_list = v if isinstance(v, (tuple, list)) else [v]
-        for item in v_list:
-            if isinstance(item, bool) or not isinstance(item, (int, float)):
-                raise ValueError(f"{owner}: cfg.{name} must be a number, got {item!r}")
-            too_low = low is not None and (item <= low if low_open else item < low)
-            too_high = high is not None and item > high
-            if too_low or too_high:
-                bound = f"{'>' if low_open else '>='} {low}" if low is not None else ""
-                if high is not None:
-                    bound += (" and " if bound else "") + f"<= {high}"
-                raise ValueError(f"{owner}: cfg.{name} must be {bound}, got {item!r}")

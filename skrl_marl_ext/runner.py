@@ -7,8 +7,8 @@ instantiators, ``RandomMemory``, ``SequentialTrainer``, the 1.x key mapping) is 
 
 - **A config never runs code.** skrl's Runner ``eval()``s the strings of its class-valued fields and its instantiators
   ``exec`` source built from a model's ``network``/``output``; here class names resolve from tables
-  (:data:`MODELS`, :data:`skrl_marl_ext.config_check.CLASSES`) and networks are allowed only when made of skrl's
-  documented tokens (:mod:`skrl_marl_ext.config_check`). ``exploration_scheduler`` expressions are refused.
+  (:data:`MODELS`, :data:`skrl_marl_ext.checks.configs.CLASSES`) and networks are allowed only when made of skrl's
+  documented tokens (:mod:`skrl_marl_ext.checks.configs`). ``exploration_scheduler`` expressions are refused.
 - **Every value is checked by name** against the field or argument it sets (the agent's config dataclass, the model's,
   memory's and trainer's signatures) before anything is built: one-line ``ValueError`` naming the field, the type
   expected and the value received; ``1e-3`` read by YAML as a string is the number it means.
@@ -59,7 +59,7 @@ from skrl.utils.runner.torch import Runner as SkrlRunner
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.algorithms import HAPPO, HAPPO_CFG, IPPO, IPPO_CFG, MAPPO, MAPPO_CFG
-from skrl_marl_ext.config_check import EXPLORATION_SCHEDULER, check_config, resolve_classes
+from skrl_marl_ext.checks.configs import EXPLORATION_SCHEDULER, check_config, resolve_classes
 from skrl_marl_ext.models import (
     QMLP,
     CategoricalMLP,
@@ -207,7 +207,7 @@ class Runner(SkrlRunner):
         super().__init__(env, cfg, verbose=verbose)
 
     def _check_cfg_compatibility(self, cfg: dict) -> dict:
-        """Every key and value checked by name (:func:`~skrl_marl_ext.config_check.check_config`, in the config's own
+        """Every key and value checked by name (:func:`~skrl_marl_ext.checks.configs.check_config`, in the config's own
         terms), then skrl's mapping of 1.x keys."""
         agent_class, cfg_class = self._classes
         cfg = check_config(

@@ -27,7 +27,8 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 
 from skrl_marl_ext import MADDPG, ValueNorm, joint_action_space
 from skrl_marl_ext.envs import make_spread_env
-from skrl_marl_ext.groups.stacked import AgentOptimizerView, StackedModules, clip_grad_norm_per_agent_, make_adam
+from skrl_marl_ext.groups.optim import AgentOptimizerView, clip_grad_norm_per_agent_, make_adam
+from skrl_marl_ext.groups.stacked import StackedModules
 from skrl_marl_ext.models import QMLP, GaussianMLP
 
 ROLLOUTS = 6

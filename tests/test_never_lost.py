@@ -19,8 +19,8 @@ import pytest
 from helpers import make_agent, make_models, one_thread, spread  # noqa: F401  (one_thread: autouse)
 
 from skrl_marl_ext import cli
-from skrl_marl_ext.checkpoint import read_checkpoint
-from skrl_marl_ext.files import WriteError
+from skrl_marl_ext.checkpoints import read_checkpoint
+from skrl_marl_ext.checkpoints.files import WriteError
 
 SPREAD = ["--env", "builtin:spread", "--num-envs", "4", "--no-progress"]
 

@@ -141,7 +141,7 @@ def test_float32_sums_of_squares_fail_where_the_moments_hold():
 def test_statistics_of_an_input_all_agents_share_are_each_agents_own():
     """A stacked group's update with one shared input and each agent's own mask equals each agent's own scaler fed
     its unmasked rows (``update_statistics`` one by one), within float rounding."""
-    from skrl_marl_ext.groups.stacked import StackedPreprocessor
+    from skrl_marl_ext.groups.preprocessors import StackedPreprocessor
 
     G, T, N, S = 3, 5, 16, 4
     x = torch.randn(T, 1, N, S) * 3 + 1

@@ -16,9 +16,9 @@ from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from skrl.trainers.torch import SequentialTrainer
 
 from skrl_marl_ext.algorithms.mappo import OnPolicyAgent
+from skrl_marl_ext.features.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, ValueRNN
-from skrl_marl_ext.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
 
 CFG = {"rollouts": 16, "mini_batches": 2, "learning_epochs": 2, "experiment": QUIET}
 

@@ -14,8 +14,8 @@ from helpers import QUIET, drive, lockstep, max_difference, one_thread, spread, 
 from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from torch import nn
 
+from skrl_marl_ext.features.recurrent import RESET_KEY
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, RecurrentCore, ValueRNN, recurrent_sequence
-from skrl_marl_ext.recurrent import RESET_KEY
 
 ROLLOUTS, LENGTH = 8, 4
 CFG = {

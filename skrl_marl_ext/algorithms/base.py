@@ -6,7 +6,7 @@
 - construction: the config (built from a dict or dataclass, validated), the constructor's arguments checked with the
   fix named, the groups (:mod:`skrl_marl_ext.groups`) formed when the algorithm asks, the grad scaler;
 - rank gating: only rank 0 of a distributed run writes TensorBoard data and checkpoints;
-- infos: agent masks and action masks, from :class:`~skrl_marl_ext.masks.Masks` (with the refusal of a policy that
+- infos: agent masks and action masks, from :class:`~skrl_marl_ext.features.masks.Masks` (with the refusal of a policy that
   would ignore them);
 - checkpoints: registration of each group's modules per agent, strict and safe loading, and ``progress`` (the steps
   completed): the trainer's ``timestep``/``timesteps`` are shifted by it at the public entry points (:meth:`_shift`),
@@ -33,15 +33,17 @@ from skrl.multi_agents.torch import MultiAgent
 from skrl.utils.tensorboard import SummaryWriter
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.checkpoint import load_checkpoint
-from skrl_marl_ext.checks import check_agent_inputs
+from skrl_marl_ext.checkpoints import load_checkpoint
+from skrl_marl_ext.checkpoints.files import save_torch
+from skrl_marl_ext.checks.arguments import check_agent_inputs
+from skrl_marl_ext.checks.inputs import InputCheck
 from skrl_marl_ext.config import build_cfg
-from skrl_marl_ext.files import save_torch
-from skrl_marl_ext.groups import AgentGroup, batch_groups, group_agents
-from skrl_marl_ext.groups.stacked import StackedPreprocessor, clip_grad_norm_per_agent_
-from skrl_marl_ext.inputs import InputCheck
+from skrl_marl_ext.features.masks import Masks
+from skrl_marl_ext.groups import AgentGroup
+from skrl_marl_ext.groups.forming import batch_groups, group_agents
+from skrl_marl_ext.groups.optim import clip_grad_norm_per_agent_
+from skrl_marl_ext.groups.preprocessors import StackedPreprocessor
 from skrl_marl_ext.keys import AGENT_MASK_KEY
-from skrl_marl_ext.masks import Masks
 from skrl_marl_ext.preprocessors import identity, make_preprocessor
 
 
@@ -259,7 +261,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
 
     def load(self, path: str) -> None:
         """Load a checkpoint written by :meth:`save`, refusing one of other agents or model shapes, or one holding
-        anything but tensors and state dicts (see :mod:`skrl_marl_ext.checkpoint`).
+        anything but tensors and state dicts (see :mod:`skrl_marl_ext.checkpoints`).
 
         The agent then continues from the steps the checkpoint had completed (its ``progress``; from 0 when the file
         has none): a trainer's ``timestep`` 0 is that step, and its ``timesteps`` the steps still to run.
@@ -278,10 +280,10 @@ class GroupedMultiAgent(Masks, MultiAgent):
 
     def save(self, path: str) -> None:
         """skrl's ``save`` (``{agent: {module: state_dict}}``), written whole or not at all: a kill or a full disk
-        leaves the previous file of that name as it was (:func:`~skrl_marl_ext.files.write_atomic`).
+        leaves the previous file of that name as it was (:func:`~skrl_marl_ext.checkpoints.files.write_atomic`).
 
         :param path: The file to write.
-        :raises ~skrl_marl_ext.files.WriteError: When it cannot be written (the message names the file and the cause).
+        :raises ~skrl_marl_ext.checkpoints.files.WriteError: When it cannot be written (the message names the file and the cause).
         """
         save_torch(self._module_states(lambda uid, name, module: self._get_internal_value(module)), path)
 
@@ -293,7 +295,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
         file by the run's step (Isaac Lab's ``train_skrl.py`` calls this with its trainer's count at the end).
         :attr:`last_checkpoint` then holds ``(step, path)`` of the file written.
 
-        :raises ~skrl_marl_ext.files.WriteError: When a file cannot be written (the message names it and the cause).
+        :raises ~skrl_marl_ext.checkpoints.files.WriteError: When a file cannot be written (the message names it and the cause).
         """
         self._write_checkpoint(timestep=self._shift(timestep, timesteps)[0])
 

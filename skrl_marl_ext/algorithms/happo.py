@@ -38,12 +38,12 @@ from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import Progress
 from skrl_marl_ext.algorithms.happo_cfg import HAPPO_CFG
 from skrl_marl_ext.algorithms.mappo import OnPolicyAgent, OnPolicyGroup, TrainingData
-from skrl_marl_ext.checkpoint import OptimizerCheckpoint
+from skrl_marl_ext.checkpoints import OptimizerCheckpoint
+from skrl_marl_ext.features.recurrent import is_recurrent
 from skrl_marl_ext.functional import masked_mean, value_loss
-from skrl_marl_ext.groups.stacked import make_adam
+from skrl_marl_ext.groups.optim import make_adam
 from skrl_marl_ext.keys import ACTION_MASK_KEY
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.recurrent import is_recurrent
 from skrl_marl_ext.storage.rollout import mini_batch_indexes
 
 TEAM_CRITIC_FIELDS = (

@@ -6,7 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from skrl_marl_ext.algorithms.mappo_cfg import OnPolicyCfg
-from skrl_marl_ext.config import check_choice
+from skrl_marl_ext.checks.values import check_choice
 
 
 @dataclasses.dataclass(kw_only=True)

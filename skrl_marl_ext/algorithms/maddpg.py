@@ -45,7 +45,8 @@ from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.algorithms.base import GroupedMultiAgent, Progress
 from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG
-from skrl_marl_ext.checks import call_model, dry_run, expect_shape
+from skrl_marl_ext.checks.arguments import call_model, dry_run, expect_shape
+from skrl_marl_ext.features.recurrent import is_recurrent
 from skrl_marl_ext.functional import (
     actor_loss,
     critic_loss,
@@ -59,10 +60,8 @@ from skrl_marl_ext.functional import (
 )
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
 from skrl_marl_ext.groups import AgentGroup
-from skrl_marl_ext.groups.stacked import (
-    make_adam,
-    stackable_preprocessor,
-)
+from skrl_marl_ext.groups.optim import make_adam
+from skrl_marl_ext.groups.preprocessors import stackable_preprocessor
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
     AGENT_MASK_KEY,
@@ -74,7 +73,6 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.models.masked_categorical import mask_logits
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.recurrent import is_recurrent
 from skrl_marl_ext.storage.replay import JointReplay, ReplayState
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")

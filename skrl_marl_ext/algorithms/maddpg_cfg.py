@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from skrl_marl_ext.config import MarlCfg, check_choice, check_range
+from skrl_marl_ext.checks.values import check_choice, check_range
+from skrl_marl_ext.config import MarlCfg
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -13,9 +13,9 @@ Layouts, named once: a group of ``G`` agents acting in ``N`` envs stacks a step'
 the whole group shares as ``(1, N, size)``), the shape its models take and give (:class:`~skrl_marl_ext.groups.
 AgentGroup`); its rollout is ``(T, G, N, width)`` (:mod:`~skrl_marl_ext.storage.rollout`); the update reads it per
 agent as ``(G, T * N, width)`` and a mini-batch as ``(G, B, width)``. Recurrent hidden states (the agent's part in
-:class:`~skrl_marl_ext.recurrent.RecurrentModels`), action masks and non-finite handling enter at the places marked
+:class:`~skrl_marl_ext.features.recurrent.RecurrentModels`), action masks and non-finite handling enter at the places marked
 ``# recurrent``, ``# masks`` and ``# non-finite``; the opt-in compiled
-path (``cfg.compile``, :mod:`~skrl_marl_ext.compiled`) at the one marked ``# compiled``.
+path (``cfg.compile``, :mod:`~skrl_marl_ext.features.compiled`) at the one marked ``# compiled``.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from skrl.utils.spaces.torch import compute_space_limits, compute_space_size
 from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import GroupedMultiAgent, optimizer_steps
 from skrl_marl_ext.algorithms.mappo_cfg import IPPO_CFG, MAPPO_CFG, OnPolicyCfg
-from skrl_marl_ext.checkpoint import OptimizerCheckpoint
-from skrl_marl_ext.checks import check_policy_family, dry_run
-from skrl_marl_ext.compiled import compile_agent
+from skrl_marl_ext.checkpoints import OptimizerCheckpoint
+from skrl_marl_ext.checks.arguments import check_policy_family, dry_run
+from skrl_marl_ext.features.compiled import compile_agent
+from skrl_marl_ext.features.recurrent import RESET_KEY, RecurrentModels, RecurrentState
 from skrl_marl_ext.functional import (
     approx_kl,
     compute_gae,
@@ -50,12 +51,9 @@ from skrl_marl_ext.functional import (
     ppo_loss,
 )
 from skrl_marl_ext.groups import AgentGroup
-from skrl_marl_ext.groups.stacked import (
-    AgentOptimizerView,
-    batch_by_default,
-    make_adam,
-    stackable_preprocessor,
-)
+from skrl_marl_ext.groups.forming import batch_by_default
+from skrl_marl_ext.groups.optim import AgentOptimizerView, make_adam
+from skrl_marl_ext.groups.preprocessors import stackable_preprocessor
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
     AGENT_MASK_KEY,
@@ -66,7 +64,6 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.agent_id import append_agent_id, with_agent_ids
 from skrl_marl_ext.models.clipping import clips_gaussian_samples, unclipped_sampling
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.recurrent import RESET_KEY, RecurrentModels, RecurrentState
 from skrl_marl_ext.storage.rollout import RolloutBuffer, check_finite, mini_batch_indexes
 
 STATISTICS = ("objective", "critic", "entropy", "kl", "clip_fraction", "std")
@@ -80,10 +77,10 @@ class OnPolicyGroup(AgentGroup):
 
     optimizer: torch.optim.Optimizer | None = None
     """One Adam over the group's trainable parameters; a batched group's steps each agent as its own (per-agent
-    learning rates and step counts: :class:`~skrl_marl_ext.groups.stacked.Adam`)."""
+    learning rates and step counts: :class:`~skrl_marl_ext.groups.optim.Adam`)."""
     scheduler: Any = None
     """The learning rate scheduler (None without one); a batched group's is a list of one per agent, each adapting its
-    agent's learning rates through an :class:`~skrl_marl_ext.groups.stacked.AgentOptimizerView`."""
+    agent's learning rates through an :class:`~skrl_marl_ext.groups.optim.AgentOptimizerView`."""
     value_preprocessor: Callable = identity
     trainable: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)
     """Every parameter the optimiser steps, each once."""
@@ -102,7 +99,7 @@ class OnPolicyGroup(AgentGroup):
     mini_batches: int = 0
     """Mini-batches per epoch: ``cfg.mini_batches``, at most the sequences per agent of a rollout (0: not known)."""
     recurrent: RecurrentState | None = None
-    """Hidden states of recurrent models (:mod:`~skrl_marl_ext.recurrent`); None when no model is."""
+    """Hidden states of recurrent models (:mod:`~skrl_marl_ext.features.recurrent`); None when no model is."""
 
     policy = property(lambda self: self.models["policy"])
     value = property(lambda self: self.models["value"])
@@ -265,7 +262,7 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
 
     def _batchable(self, uid: str) -> bool:
         """Agents with models of their own batch where ``cfg.batch_agent_models`` is True, or ``"auto"`` and
-        :func:`~skrl_marl_ext.groups.stacked.batch_by_default` says so, unless a preprocessor's statistics cannot be
+        :func:`~skrl_marl_ext.groups.forming.batch_by_default` says so, unless a preprocessor's statistics cannot be
         stacked, or a recurrent model cannot run under ``torch.vmap`` (:meth:`_recurrent_models_batch`)."""
         cfg = self.cfg
         preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
-from skrl_marl_ext.compiled import compile_options
-from skrl_marl_ext.config import MarlCfg, check_choice, check_range
+from skrl_marl_ext.checks.values import check_choice, check_range
+from skrl_marl_ext.config import MarlCfg
+from skrl_marl_ext.features.compiled import compile_options
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -12,9 +12,9 @@ from importlib import resources
 from typing import Any
 
 from skrl_marl_ext import distributed
+from skrl_marl_ext.checks.configs import check_value, yaml_float
 from skrl_marl_ext.cli.errors import UsageError, did_you_mean
 from skrl_marl_ext.cli.parser import DEFAULT_TIMESTEPS
-from skrl_marl_ext.config_check import check_value, yaml_float
 
 CONFIG_SECTIONS = ("agent", "models", "memory", "trainer")
 """Sections of a Runner config that ``SECTION.KEY=VALUE`` overrides reach."""
@@ -116,7 +116,7 @@ def parse_env_args(items: list[str]) -> dict[str, Any]:
 def _places(key: str, *, close: bool) -> list[str]:
     """Where a Runner config takes ``key`` (``agent.learning_rate``, ``trainer.timesteps``...); with ``close``, where
     it takes the closest key when none is ``key``."""
-    from skrl_marl_ext.config_check import places_of
+    from skrl_marl_ext.checks.configs import places_of
     from skrl_marl_ext.runner import ALGORITHM_NAMES, MODELS, load_algorithm
 
     cfg_classes = []

@@ -8,10 +8,10 @@ import copy
 import os
 from typing import Any
 
+from skrl_marl_ext.checkpoints.files import WriteError
 from skrl_marl_ext.cli.build import build_env, build_runner
 from skrl_marl_ext.cli.errors import UsageError
 from skrl_marl_ext.cli.run_folder import RUN_FILE, latest_checkpoint, read_run_file, return_stats
-from skrl_marl_ext.files import WriteError
 
 MAX_EVAL_STEPS = 100_000
 
@@ -92,9 +92,9 @@ def run_episodes(agent, env, episodes: int, *, max_steps: int = MAX_EVAL_STEPS) 
 
 def export(args: argparse.Namespace) -> str:
     """``skrl-marl export``: write the models and preprocessors of a checkpoint (or a run folder's, as ``eval`` takes
-    it) for skrl's MAPPO/IPPO to play (:func:`skrl_marl_ext.export.export_for_skrl`); prints one line saying what it
+    it) for skrl's MAPPO/IPPO to play (:func:`skrl_marl_ext.checkpoints.export.export_for_skrl`); prints one line saying what it
     leaves out."""
-    from skrl_marl_ext.export import export_for_skrl
+    from skrl_marl_ext.checkpoints.export import export_for_skrl
 
     option = f"export {args.checkpoint}"
     source = os.path.abspath(args.checkpoint)

@@ -4,7 +4,7 @@ the lock that lets one process at a time train into it.
 ``run.json`` holds what ``eval`` and ``train --resume`` need to rebuild env and agent; it is written when training
 starts and again at each checkpoint, so a run stopped at any moment can be resumed. ``episodes.csv`` holds every
 finished episode's return per agent; ``checkpoints/final.pt`` the agent at the end. Every file is written whole or not
-at all (:mod:`skrl_marl_ext.files`).
+at all (:mod:`skrl_marl_ext.checkpoints.files`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from skrl_marl_ext.checkpoints.files import write_atomic, write_text
 from skrl_marl_ext.cli.errors import UsageError
-from skrl_marl_ext.files import write_atomic, write_text
 
 RUN_FILE = "run.json"
 FINAL_CHECKPOINT = "final.pt"
@@ -153,7 +153,7 @@ def read_steps(path: str, *, option: str) -> int:
 
     :raises ValueError: When the file is damaged or not a checkpoint (the message names it).
     """
-    from skrl_marl_ext.checkpoint import read_checkpoint
+    from skrl_marl_ext.checkpoints import read_checkpoint
 
     modules = read_checkpoint(path, map_location="cpu", owner=option)
     progress = [m.get("progress") for m in modules.values() if isinstance(m, dict)] if isinstance(modules, dict) else []

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from skrl_marl_ext import distributed
+from skrl_marl_ext.checkpoints.files import remove_temporary_files
 from skrl_marl_ext.cli.build import build_env, build_runner, check_device
 from skrl_marl_ext.cli.config import parse_env_args, runner_config, train_config
 from skrl_marl_ext.cli.errors import RanksDisagree, Stopped, UsageError
@@ -37,7 +38,6 @@ from skrl_marl_ext.cli.run_folder import (
     write_run,
     write_run_file,
 )
-from skrl_marl_ext.files import remove_temporary_files
 
 
 def setup_torchrun(args: argparse.Namespace) -> bool:

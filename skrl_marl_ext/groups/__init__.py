@@ -16,26 +16,19 @@ stacking of per-agent tensors.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import torch
 from skrl.models.torch import Model
 
-from skrl_marl_ext.checkpoint import OptimizerCheckpoint
+from skrl_marl_ext.checkpoints import OptimizerCheckpoint
 from skrl_marl_ext.config import MarlCfg
-from skrl_marl_ext.groups.stacked import (
-    PASS_ACTIVATIONS,
-    AgentOptimizerView,
-    StackedModel,
-    StackedPreprocessor,
-    act_answered,
-    act_together,
-    activation_width,
-    clip_grad_norm_per_agent_,
-    stack_signature,
-)
+from skrl_marl_ext.groups.forming import PASS_ACTIVATIONS, activation_width
+from skrl_marl_ext.groups.optim import AgentOptimizerView, clip_grad_norm_per_agent_
+from skrl_marl_ext.groups.preprocessors import StackedPreprocessor
+from skrl_marl_ext.groups.stacked import StackedModel, act_answered, act_together
 from skrl_marl_ext.preprocessors import identity, update_statistics
 
 
@@ -68,11 +61,11 @@ class AgentGroup:
     """Of a batched group: one agent's hidden activations per sample, every role's model (:meth:`agent_passes`)."""
     vmap: Callable | None = None
     """Of a batched group with ``cfg.compile``: the compiled stand-in for ``torch.vmap`` that maps its networks over the
-    agents (:mod:`~skrl_marl_ext.compiled`); None: ``torch.vmap``."""
+    agents (:mod:`~skrl_marl_ext.features.compiled`); None: ``torch.vmap``."""
     compiled_compute: Callable | None = None
     """Of another group, with ``cfg.compile``: the compiled network call, ``model.compute(inputs, role)`` of ``(model,
     inputs, role)``, whose result answers the model's ``compute`` in its mixin's ``act``
-    (:mod:`~skrl_marl_ext.compiled`); None: the models' own ``act``."""
+    (:mod:`~skrl_marl_ext.features.compiled`); None: the models' own ``act``."""
 
     size: int = dataclasses.field(init=False, default=0)
     """``G``: the number of agents."""
@@ -148,7 +141,7 @@ class AgentGroup:
 
     def agent_passes(self, at_once: int | str, rows: int) -> list[slice]:
         """The agents of a batched group in passes of at most ``at_once`` (``"auto"``: as many as keep a pass's
-        activations within :data:`~skrl_marl_ext.groups.stacked.PASS_ACTIVATIONS`, at least one), for mini-batches of
+        activations within :data:`~skrl_marl_ext.groups.forming.PASS_ACTIVATIONS`, at least one), for mini-batches of
         ``rows`` samples per agent; one pass of all agents for any other group (they share models, or run one by one).
         """
         if at_once == "auto" and self.stacked:
@@ -225,7 +218,7 @@ class AgentGroup:
 
     def checkpoint_entries(self, modules: dict[str, Any]) -> dict[str, Any]:
         """``modules`` (name -> module) as the group's agents save them: a batched group's models are each agent's
-        own, its optimisers (or their :class:`~skrl_marl_ext.checkpoint.OptimizerCheckpoint`) each agent's part, its
+        own, its optimisers (or their :class:`~skrl_marl_ext.checkpoints.OptimizerCheckpoint`) each agent's part, its
         stacked preprocessors each agent's own; lists hold one entry per agent, in ``uids`` order."""
         entries = dict(modules)
         if self.batched:
@@ -280,97 +273,3 @@ def _per_agent(size: int, output: torch.Tensor, outputs: dict[str, Any]) -> tupl
 def _agent_major(value: Any, output: torch.Tensor) -> bool:
     """Whether ``value`` is one of :meth:`AgentGroup.act`'s per-agent ``(G, N, ...)`` outputs."""
     return torch.is_tensor(value) and value.shape[:2] == output.shape[:2]
-
-
-def group_agents(
-    *,
-    owner: str,
-    possible_agents: Sequence[str],
-    models: dict[str, dict[str, torch.nn.Module]],
-    roles: Sequence[str],
-    spaces: dict[str, dict[str, gymnasium.Space | None]],
-    cfg: MarlCfg,
-) -> list[list[str]]:
-    """Partition the agents into groups that share the very same model object in every role.
-
-    Agents that share one model must share all of them (else an error), have equal spaces and equal values of every
-    per-agent config field (they form one loss and one optimiser step).
-
-    :param roles: Model roles that define a group, e.g. ``("policy", "value")``.
-    :param spaces: ``{"observation": spaces, "action": spaces, ...}`` that must agree within a group.
-    :return: Lists of agent names in ``possible_agents`` order, one per group.
-    """
-    members: dict[tuple[int, ...], list[str]] = {}
-    owner_of: dict[int, tuple[int, ...]] = {}
-    for uid in possible_agents:
-        key = tuple(id(models[uid][role]) for role in roles)
-        for role in roles:
-            previous = owner_of.setdefault(id(models[uid][role]), key)
-            if previous != key:
-                other = members[previous][0]
-                raise ValueError(
-                    f"{owner}: agents '{other}' and '{uid}' share the {role} model but not the others; agents that "
-                    f"share models must share all of {list(roles)} (or none)"
-                    + (
-                        "; HAPPO takes one value model for all agents, each with its own policy"
-                        if role == "value"
-                        else ""
-                    )
-                )
-        members.setdefault(key, []).append(uid)
-
-    for uids in members.values():
-        first = uids[0]
-        for uid in uids[1:]:
-            for what, per_agent in spaces.items():
-                if per_agent[uid] != per_agent[first]:
-                    raise ValueError(
-                        f"{owner}: agents '{first}' and '{uid}' share their models but have different {what} "
-                        f"spaces ({per_agent[first]} vs {per_agent[uid]}); shared models need equal spaces"
-                    )
-            for field in cfg.per_agent_fields():
-                if cfg.value_for(field, uid) != cfg.value_for(field, first):
-                    raise ValueError(
-                        f"{owner}: agents '{first}' and '{uid}' share their models (one optimiser, one loss) but "
-                        f"cfg.{field} differs between them; give them the same value"
-                    )
-    return list(members.values())
-
-
-def batch_groups(
-    groups: list[list[str]],
-    *,
-    models: dict[str, dict[str, torch.nn.Module]],
-    roles: Sequence[str],
-    spaces: dict[str, dict[str, gymnasium.Space | None]],
-    cfg: MarlCfg,
-) -> list[tuple[list[str], bool]]:
-    """Merge agents with models of their own (groups of one) into batched groups where they can run as one batch.
-
-    Agents batch when, role by role, their models have the same class and parameter and buffer shapes
-    (:func:`~skrl_marl_ext.groups.stacked.stack_signature`; lazy parameters not yet initialised do not stack), a model
-    serves one role only, and their spaces and
-    per-agent config fields agree. A batched group takes the place of its first agent; the order is otherwise kept.
-
-    :param groups: The groups of :func:`group_agents`.
-    :return: ``(uids, batched)`` per group.
-    """
-    keys: dict[tuple, list[str]] = {}
-    result: list[tuple[list[str], bool] | tuple] = []
-    for uids in groups:
-        uid = uids[0]
-        role_models = [models[uid][role] for role in roles]
-        signatures = tuple(stack_signature(m) for m in role_models)
-        if len(uids) > 1 or len({id(m) for m in role_models}) < len(roles) or None in signatures:
-            result.append((uids, False))
-            continue
-        key = (
-            signatures,
-            tuple(str(per_agent[uid]) for per_agent in spaces.values()),
-            tuple(repr(cfg.value_for(field, uid)) for field in cfg.per_agent_fields()),
-        )
-        if key not in keys:
-            keys[key] = []
-            result.append(("batch", key))
-        keys[key].append(uid)
-    return [(keys[item[1]], len(keys[item[1]]) > 1) if item[0] == "batch" else item for item in result]

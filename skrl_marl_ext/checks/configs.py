@@ -671,7 +671,7 @@ def check_agent(
     """
     from skrl.multi_agents.torch import ExperimentCfg
 
-    from skrl_marl_ext.config import unknown_key_error
+    from skrl_marl_ext.checks.values import unknown_key_error
 
     section = _section("agent", section)
     fields = {name: argument.annotation for name, argument in arguments(cfg_class).items()}
@@ -712,7 +712,7 @@ def check_agent(
 
 
 def _check_experiment(section: dict[str, Any], *, owner: str, cfg_class: type) -> dict[str, Any]:
-    from skrl_marl_ext.config import unknown_key_error
+    from skrl_marl_ext.checks.values import unknown_key_error
 
     known = arguments(cfg_class)
     fitted = {}

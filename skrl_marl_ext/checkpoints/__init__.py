@@ -12,7 +12,7 @@ checkpoint of other agents, model shapes or modules is refused. The one exceptio
 start fresh.
 
 The optimiser's checkpoint entry (:class:`OptimizerCheckpoint`, and the per-agent
-:class:`~skrl_marl_ext.groups.stacked.AgentOptimizerView`) is written in skrl's layout, one parameter group over the
+:class:`~skrl_marl_ext.groups.optim.AgentOptimizerView`) is written in skrl's layout, one parameter group over the
 policy's then the value model's parameters, whenever the groups' hyperparameters agree, so skrl's agents load it;
 both layouts load here.
 """
@@ -386,7 +386,7 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
 
 def _warn(message: str) -> None:
     """``warnings.warn`` attributed to the caller's line outside this package (e.g. its ``agent.load(path)``)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     frame, level = sys._getframe(1), 2
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from skrl_marl_ext.checkpoint import check_layout, is_scaler_state, read_checkpoint
-from skrl_marl_ext.files import save_torch
+from skrl_marl_ext.checkpoints import check_layout, is_scaler_state, read_checkpoint
+from skrl_marl_ext.checkpoints.files import save_torch
 
 PLAY_MODULES = ("policy", "value", "observation_preprocessor", "state_preprocessor", "value_preprocessor")
 """What an exported file keeps of each agent (``value_preprocessor`` only as skrl's ``RunningStandardScaler``)."""
@@ -34,10 +34,10 @@ def export_for_skrl(src_path: str | os.PathLike, dst_path: str | os.PathLike) ->
     is read with ``weights_only=True``; the tensors are written on the CPU.
 
     :param src_path: Our checkpoint (``agent.save()``, or the trainer's ``checkpoints/*.pt``).
-    :param dst_path: The file to write (whole or not at all, :func:`~skrl_marl_ext.files.write_atomic`).
+    :param dst_path: The file to write (whole or not at all, :func:`~skrl_marl_ext.checkpoints.files.write_atomic`).
     :return: The one line saying what the export leaves out (:data:`LEFT_OUT`).
     :raises ValueError: In one line, when ``src_path`` is not a multi-agent checkpoint (see
-        :func:`~skrl_marl_ext.checkpoint.read_checkpoint`).
+        :func:`~skrl_marl_ext.checkpoints.read_checkpoint`).
     """
     owner = "export_for_skrl"
     modules = check_layout(read_checkpoint(src_path, map_location="cpu", owner=owner), src_path, owner=owner)
