@@ -340,17 +340,7 @@ class Runner(SkrlRunner):
             noise_kwargs = agent_cfg.pop(f"{name}_kwargs", {}) or {}
             if isinstance(noise, type):  # skrl 2.x DDPG/TD3 YAML: a class and its kwargs
                 agent_cfg[name] = noise(**{"device": env.device, **noise_kwargs})
-        agent_class, _ = self._classes
-        return agent_class(
-            possible_agents=env.possible_agents,
-            models=models,
-            memories=memories,
-            observation_spaces=env.observation_spaces,
-            state_spaces=env.state_spaces,
-            action_spaces=env.action_spaces,
-            device=env.device,
-            cfg=agent_cfg,
-        )
+        return _build_agent(self._classes[0], env, models=models, memories=memories, cfg=agent_cfg)
 
     def _memories(self, env: MultiAgentEnvWrapper, memory_cfg: dict[str, Any]) -> dict[str, Any]:
         """One memory per agent from the YAML's ``memory:`` section (its ``class`` and keyword arguments)."""
@@ -371,16 +361,21 @@ class Runner(SkrlRunner):
         for name in ("random_timesteps", "learning_starts"):  # ignored with a warning, as skrl does for MAPPO
             if agent_cfg.pop(name, None) is not None:
                 logger.warning(f"The '{name}' field in the configuration is not supported by HAPPO; it is ignored")
-        return HAPPO(
-            possible_agents=env.possible_agents,
-            models=models,
-            memories=memories,
-            observation_spaces=env.observation_spaces,
-            state_spaces=env.state_spaces,
-            action_spaces=env.action_spaces,
-            device=env.device,
-            cfg=self._process_cfg(agent_cfg),
-        )
+        return _build_agent(HAPPO, env, models=models, memories=memories, cfg=self._process_cfg(agent_cfg))
+
+
+def _build_agent(cls: type, env: MultiAgentEnvWrapper, *, models: dict, memories: dict | None, cfg: Any) -> Any:
+    """``cls`` over ``env``'s agents and spaces, as skrl's Runner builds its agents."""
+    return cls(
+        possible_agents=env.possible_agents,
+        models=models,
+        memories=memories,
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=env.action_spaces,
+        device=env.device,
+        cfg=cfg,
+    )
 
 
 def _share_models(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

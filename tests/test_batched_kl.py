@@ -74,9 +74,13 @@ def adam_steps(agent, env):
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_batched_update_equals_the_per_agent_loop(case):
-    """Several updates on the same rollouts: parameters, Adam moments and step counts, each agent's learning rates and
-    scheduler state within 1e-6. Each agent's learning rates move, apart from the others'; in an update some agents stop
-    in the middle of an epoch while others take more steps."""
+    """Several updates on the same rollouts, each from equal states: parameters, Adam moments and step counts, each
+    agent's learning rates and scheduler state within 1e-6. Each agent's learning rates move, apart from the others';
+    in an update some agents stop in the middle of an epoch while others take more steps.
+
+    Once the agents' learning rates differ, the batched group steps them in one vectorised Adam step whose rounding
+    differs from torch's kernel by an ulp or so; over many updates training amplifies that (the loop's next gradients
+    are taken at other parameters), so each update starts from the batched agent's state and one update is compared."""
     env = spread()
     cfg = CASES[case]
     # mini-batches in order: the loop draws one permutation per agent, a batched group one for all
@@ -85,6 +89,9 @@ def test_batched_update_equals_the_per_agent_loop(case):
     rates, steps, taken = [], [], {uid: 0 for uid in env.possible_agents}
     for _ in lockstep(batched, loop, env, 4 * ROLLOUTS, rollouts=ROLLOUTS):
         assert_same_checkpoints(batched, loop, env)
+        for uid in env.possible_agents:  # the next update starts from equal states
+            for name, module in loop.checkpoint_modules[uid].items():
+                module.load_state_dict(copy.deepcopy(batched.checkpoint_modules[uid][name].state_dict()))
         rates.append(learning_rates(batched, env))
         total = adam_steps(batched, env)
         steps.append([total[uid] - taken[uid] for uid in env.possible_agents])  # this update's steps, per agent
@@ -210,3 +217,49 @@ def test_with_mixed_precision_an_epoch_the_grad_scaler_skipped_leaves_the_rates(
         rates[inf] = learning_rates(agent, env)
     assert all(rate == (3e-3,) for rate in rates[True].values()), rates
     assert any(abs(rate[0] / 3e-3 - 1) > 0.1 for rate in rates[False].values()), rates
+
+
+# ---------------------------------------------------------------- the per-agent Adam
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"weight_decay": 0.01}, {"weight_decay": 0.01, "decoupled_weight_decay": True}, {"amsgrad": True}],
+    ids=["adam", "l2", "adamw", "amsgrad"],
+)
+def test_the_per_agent_adam_equals_one_torch_adam_per_agent(settings):
+    """A batched group's Adam over stacked parameters, each agent at its own learning rate (changed mid-run, as a
+    scheduler does through the agent's view) and some agents left out of some steps (the KL stop), equals one
+    ``torch.optim.Adam`` per agent over 300 steps of the same gradients to 1e-6: the vectorised step's per-agent
+    scalars are float64, as torch's kernel takes them, and its elementwise ops round like torch's to an ulp or so; the
+    gradients do not depend on the parameters here, so those ulps do not grow with the run."""
+    from skrl_marl_ext.groups.optim import make_adam
+    from skrl_marl_ext.groups.stacked import StackedModules
+
+    G = 5
+    torch.manual_seed(0)
+    agents = [torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)) for _ in range(G)]
+    alone = copy.deepcopy(agents)
+    stacked = StackedModules(agents)
+    ours = make_adam([{"params": stacked.parameters(), "lr": 1e-3}], agents=G, stacked=True, **settings)
+    theirs = [torch.optim.Adam(model.parameters(), lr=1e-3, fused=True, **settings) for model in alone]
+    views = ours.views()
+    for step in range(300):
+        if step in (0, 150):  # each agent's own rate, as its scheduler would set it
+            for i, (view, optimizer) in enumerate(zip(views, theirs, strict=True)):
+                view.param_groups[0]["lr"] = optimizer.param_groups[0]["lr"] = 1e-3 * (1 + i) / (1 + step // 150)
+        stepping = [(step + i) % 4 != 0 for i in range(G)]
+        for model in alone:
+            for p in model.parameters():
+                p.grad = torch.randn_like(p)
+        for name, p in stacked.params.items():
+            p.grad = torch.empty_like(p).copy_(torch.stack([model.get_parameter(name).grad for model in alone]))
+        ours.step(agents=stepping)
+        for optimizer, steps in zip(theirs, stepping, strict=True):
+            if steps:
+                optimizer.step()
+    with torch.no_grad():
+        for model, own in zip(agents, alone, strict=True):
+            for name, p in own.named_parameters():
+                assert (model.get_parameter(name) - p).abs().max() <= 1e-6, name
+    assert ours.agent_steps() == [int(next(iter(o.state.values()))["step"]) for o in theirs]

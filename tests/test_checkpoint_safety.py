@@ -128,7 +128,7 @@ def test_mappo_round_trip_with_every_module_kind(scheduler, kwargs, tmp_path):
     }
     agent = drive(make_agent(env, cfg=cfg), env, 12)
     fresh = make_agent(env, cfg=cfg)
-    assert agent.scaler.is_enabled() and isinstance(agent.group_of["agent_0"].scheduler, scheduler)
+    assert agent.scaler.is_enabled() and isinstance(agent.group_of["agent_0"].schedulers[0], scheduler)
     assert not torch.equal(params(agent.group_of["agent_0"].policy), params(fresh.group_of["agent_0"].policy))
     expected = {"policy", "value", "optimizer", "scheduler", "scaler", "progress"}
     expected |= {"observation_preprocessor", "state_preprocessor", "value_preprocessor"}

@@ -194,6 +194,7 @@ def test_torch_schedulers_resolve_by_name(name):
     "dotted, value, expected",
     [
         ("agent.rollouts", "10", "agent.rollouts: expected an integer, got '10' (str)"),
+        ("agent.rollouts", True, "agent.rollouts: expected an integer, got True"),
         ("agent.learning_epochs", 2.5, "agent.learning_epochs: expected an integer"),
         ("agent.time_limit_bootstrap", "yes", "agent.time_limit_bootstrap: expected true or false"),
         ("agent.learning_rate", "fast", "agent.learning_rate: expected a number"),

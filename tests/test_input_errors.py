@@ -202,13 +202,19 @@ def test_what_works_today_still_trains(algo):
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_evaluation_on_another_env_starts_afresh(algo):
-    # the shapes of training do not bind evaluation (e.g. fewer envs), nor evaluation's a later training
+    """The shapes of training do not bind evaluation on an env of fewer envs (its actions have its shape), nor the
+    evaluation's a later training on the first env (which goes on learning)."""
     env = spread(num_envs=NUM_ENVS)
     agent = build(algo, env)
     train(agent, env)
     small = spread(num_envs=2)
     SequentialTrainer(env=small, agents=agent, cfg={"timesteps": 3, **TRAINER}).eval()
-    train(agent, env)
+    observations, _ = small.reset()
+    actions, _ = agent.act(observations, small.state(), timestep=0, timesteps=1)
+    assert {uid: a.shape[0] for uid, a in actions.items()} == dict.fromkeys(small.possible_agents, 2)
+    before = params(agent.models["agent_0"]["policy"])
+    train(agent, env, timesteps=12)
+    assert not torch.equal(before, params(agent.models["agent_0"]["policy"]))
 
 
 @pytest.mark.parametrize("algo", ALGOS)

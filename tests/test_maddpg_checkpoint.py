@@ -61,7 +61,8 @@ def test_checkpoint_round_trip(tmp_path):
                 assert torch.equal(v, loaded[name].state_dict()[k])
     assert agent.scaler.state_dict()["_growth_tracker"] == 10  # ten unscaled-finite steps were counted
     assert str(agent.scaler.state_dict()) == str(fresh.scaler.state_dict())
-    assert agent.groups[0].policy_optimizer.param_groups[0]["lr"] == 1e-3 / 8  # stepped 10 times, halved every 3
+    rates = agent.groups[0].policy_optimizer.learning_rates()  # each agent's
+    assert rates.tolist() == [1e-3 / 8] * len(rates)  # stepped 10 times, halved every 3
     # the loaded agent goes on training
     drive(fresh, env, 3)
 

@@ -305,25 +305,36 @@ def test_evaluation_acts_with_mean_actions_unless_stochastic(trainer_cls, stocha
 # ---------------------------------------------------------------- optimisation options
 
 
-def test_learning_rate_pair_kl_adaptive_scheduler_and_kl_early_stop():
+def test_a_learning_rate_pair_sets_the_policys_and_the_value_models_rates():
     env = spread(num_envs=4)
-    cfg = dict(
-        SMALL,
-        learning_rate=(1e-3, 5e-3),
-        learning_rate_scheduler=KLAdaptiveLR,
-        learning_rate_scheduler_kwargs={"kl_threshold": 1e-9, "min_lr": 1e-6},
-    )
-    agent = make_agent(env, cfg=cfg)
-    optimizer = agent.groups[0].optimizer
+    agent = make_agent(env, cfg=dict(SMALL, learning_rate=(1e-3, 5e-3)))
+    group = agent.groups[0]
+    optimizer = group.optimizer
     assert [g["lr"] for g in optimizer.param_groups] == [1e-3, 5e-3]
-    drive(agent, env, 4)
-    assert optimizer.param_groups[0]["lr"] < 1e-3  # KL above the tiny threshold: the rate was lowered
+    assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in group.parameters("policy")]
+    assert [id(p) for p in optimizer.param_groups[1]["params"]] == [id(p) for p in group.parameters("value")]
 
+
+def test_kl_adaptive_lr_divides_both_rates_once_per_epoch_while_the_kl_is_above_twice_its_threshold():
+    """skrl's ``KLAdaptiveLR`` (factor 1.5): with a threshold no KL stays below, every epoch divides each rate."""
+    env = spread(num_envs=4)
+    kwargs = {"kl_threshold": 1e-9, "min_lr": 1e-6}
+    cfg = dict(SMALL, learning_rate=(1e-3, 5e-3), learning_rate_scheduler=KLAdaptiveLR)
+    agent = drive(make_agent(env, cfg=dict(cfg, learning_rate_scheduler_kwargs=kwargs)), env, SMALL["rollouts"])
+    epochs = SMALL["learning_epochs"]
+    rates = [g["lr"] for g in agent.groups[0].optimizer.param_groups]
+    assert rates == pytest.approx([1e-3 / 1.5**epochs, 5e-3 / 1.5**epochs], rel=1e-12)
+
+
+def test_a_kl_threshold_stops_each_epoch_at_the_first_mini_batch_past_it():
+    """Without input statistics the first mini-batch replays acting (KL 0): it steps; every later mini-batch's KL is
+    above a tiny threshold, so each epoch ends there, before its step: one step per update."""
+    env = spread(num_envs=4)
     stopped = make_agent(env, cfg=dict(SMALL, learning_epochs=8, kl_threshold=1e-12, learning_rate=1e-2))
     steps = []
     stopped.groups[0].optimizer.register_step_post_hook(lambda *a: steps.append(1))
-    drive(stopped, env, 4)
-    assert 1 <= len(steps) < 8 * SMALL["mini_batches"]
+    drive(stopped, env, SMALL["rollouts"])
+    assert len(steps) == 1
 
 
 def test_a_kl_stop_ends_the_epoch_and_the_schedule_counts_every_epoch(tmp_path):
@@ -405,7 +416,7 @@ def test_checkpoint_round_trip_restores_everything(tmp_path):
         for k in sa["state"]:
             for name in ("exp_avg", "exp_avg_sq", "step"):
                 assert torch.equal(sa["state"][k][name], sb["state"][k][name])
-        assert a.scheduler.state_dict() == b.scheduler.state_dict()
+        assert [s.state_dict() for s in a.schedulers] == [s.state_dict() for s in b.schedulers]
         for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
             for (n, x), (_, y) in zip(
                 getattr(a, key).state_dict().items(), getattr(b, key).state_dict().items(), strict=True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from helpers import QUIET, drive, make_agent, one_thread, spread  # noqa: F401
@@ -16,9 +17,9 @@ from rnn_doc_models import DocGaussianRNN, DocValueRNN
 from skrl.trainers.torch import SequentialTrainer
 
 from skrl_marl_ext.algorithms.mappo import OnPolicyAgent
-from skrl_marl_ext.features.recurrent import RESET_KEY, sequence_indexes, sequence_mini_batch_indexes
 from skrl_marl_ext.models import GaussianMLP, ValueMLP
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, ValueRNN
+from skrl_marl_ext.storage.rollout import RESET_KEY, mini_batch_indexes
 
 CFG = {"rollouts": 16, "mini_batches": 2, "learning_epochs": 2, "experiment": QUIET}
 
@@ -162,26 +163,24 @@ def test_bootstrap_uses_the_hidden_state_after_the_last_step(monkeypatch):
         assert torch.allclose(last_values.reshape(-1), expected.reshape(-1), atol=1e-6)
 
 
-def test_sequence_indexes_cut_each_env_into_consecutive_steps():
-    idx = sequence_indexes(rollouts=6, num_envs=2, sequence_length=3, device="cpu")
-    # sample i is step i // 2 of env i % 2
-    assert idx.tolist() == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11]]
+def test_sequence_mini_batches_cut_each_env_into_consecutive_steps():
+    # sample i is step i // 2 of env i % 2: each env's 6 steps are 2 sequences of 3
+    sequences = [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11]]
     torch.manual_seed(0)
-    batches = list(sequence_mini_batch_indexes(idx, 2))
+    batches = list(mini_batch_indexes(6, 2, 2, sequence_length=3, device="cpu"))
     assert sorted(torch.cat(batches).tolist()) == list(range(12))
     for batch in batches:
-        rows = batch.view(-1, 3)
-        assert all(row.tolist() in idx.tolist() for row in rows)  # whole sequences only
+        assert all(row in sequences for row in batch.view(-1, 3).tolist())  # whole sequences only
 
 
-def test_sequence_length_one_draws_the_mlp_mini_batches():
-    from skrl_marl_ext.storage.rollout import mini_batch_indexes
-
+def test_sequence_length_one_draws_skrls_mini_batches():
+    """Without sequences, a shuffled epoch is a random permutation split as np.array_split splits it (skrl's)."""
     torch.manual_seed(3)
-    a = list(sequence_mini_batch_indexes(sequence_indexes(5, 4, 1, device="cpu"), 3))
+    got = list(mini_batch_indexes(5, 4, 3, device="cpu"))
     torch.manual_seed(3)
-    b = list(mini_batch_indexes(20, 3, device="cpu"))
-    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    order = torch.randperm(20)
+    assert [b.tolist() for b in got] == [b.tolist() for b in torch.tensor_split(order, 3)]
+    assert [len(b) for b in got] == [len(b) for b in np.array_split(range(20), 3)]
 
 
 def test_bad_recurrent_configs_are_refused_at_construction():
@@ -295,6 +294,5 @@ def test_time_limit_bootstrap_with_a_recurrent_critic_replays_exactly(monkeypatc
 
 
 def test_sequential_sequence_mini_batches_keep_the_sequences_in_order():
-    idx = sequence_indexes(rollouts=6, num_envs=2, sequence_length=3, device="cpu")
-    batches = list(sequence_mini_batch_indexes(idx, 2, shuffle=False))
+    batches = list(mini_batch_indexes(6, 2, 2, sequence_length=3, device="cpu", shuffle=False))
     assert [b.tolist() for b in batches] == [[0, 2, 4, 1, 3, 5], [6, 8, 10, 7, 9, 11]]

@@ -136,7 +136,7 @@ def test_resume_needs_the_optimiser_state(tmp_path):
         assert torch.equal(params(group.policy), params(loaded.policy))
         a, b = group.optimizer.state_dict()["state"], loaded.optimizer.state_dict()["state"]
         assert a.keys() == b.keys() and all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for k in a)
-        assert loaded.scheduler.state_dict() == group.scheduler.state_dict()
+        assert [s.state_dict() for s in loaded.schedulers] == [s.state_dict() for s in group.schedulers]
     for uid in agent.possible_agents:
         for name in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
             a, b = agent.checkpoint_modules[uid][name].state_dict(), fresh.checkpoint_modules[uid][name].state_dict()

@@ -6,19 +6,17 @@
 - construction: the config (built from a dict or dataclass, validated), the constructor's arguments checked with the
   fix named, the groups (:mod:`skrl_marl_ext.groups`) formed when the algorithm asks, the grad scaler;
 - rank gating: only rank 0 of a distributed run writes TensorBoard data and checkpoints;
-- infos: agent masks and action masks, from :class:`~skrl_marl_ext.features.masks.Masks` (with the refusal of a policy that
-  would ignore them);
-- checkpoints: registration of each group's modules per agent, strict and safe loading, and ``progress`` (the steps
-  completed): the trainer's ``timestep``/``timesteps`` are shifted by it at the public entry points (:meth:`_shift`),
-  so a resumed run continues its schedules, checkpoint numbering and TensorBoard steps;
-- the optimiser step: scaled backward, gradient all-reduce over ranks, unscale and clip, scaler step.
+- infos: the action masks, kept by :class:`~skrl_marl_ext.features.masks.ActionMasks` (with the refusal of a policy
+  that would ignore them);
+- checkpoints: registration of each group's modules per agent, and ``progress`` (the steps completed): the trainer's
+  ``timestep``/``timesteps`` are shifted by it at the public entry points (:meth:`_shift`), so a resumed run continues
+  its schedules, checkpoint numbering and TensorBoard steps (the files themselves: :mod:`skrl_marl_ext.checkpoints`);
+- the optimiser step of one loss: scaled backward, then :func:`~skrl_marl_ext.groups.optim.scaled_step`.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import datetime
 import os
 from collections.abc import Callable
 from typing import Any
@@ -32,19 +30,17 @@ from skrl.models.torch import Model
 from skrl.multi_agents.torch import MultiAgent
 from skrl.utils.tensorboard import SummaryWriter
 
-from skrl_marl_ext import distributed
-from skrl_marl_ext.checkpoints import load_checkpoint
+from skrl_marl_ext import checkpoints, distributed
 from skrl_marl_ext.checkpoints.files import save_torch
 from skrl_marl_ext.checks.arguments import check_agent_inputs
 from skrl_marl_ext.checks.inputs import InputCheck
 from skrl_marl_ext.config import build_cfg
-from skrl_marl_ext.features.masks import Masks
+from skrl_marl_ext.features.masks import ActionMasks
 from skrl_marl_ext.groups import AgentGroup
 from skrl_marl_ext.groups.forming import batch_groups, group_agents
-from skrl_marl_ext.groups.optim import clip_grad_norm_per_agent_
-from skrl_marl_ext.groups.preprocessors import StackedPreprocessor
+from skrl_marl_ext.groups.optim import Adam, scaled_step
 from skrl_marl_ext.keys import AGENT_MASK_KEY
-from skrl_marl_ext.preprocessors import identity, make_preprocessor
+from skrl_marl_ext.preprocessors import identity
 
 
 def make_grad_scaler(device_type: str, enabled: bool):
@@ -52,18 +48,6 @@ def make_grad_scaler(device_type: str, enabled: bool):
     if version.parse(torch.__version__) >= version.parse("2.4"):
         return torch.amp.GradScaler(device=device_type, enabled=enabled)
     return torch.cuda.amp.GradScaler(enabled=enabled)  # pragma: no cover - old torch
-
-
-def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
-    """Steps ``optimizer`` (Adam) has taken: its first parameter's ``state["step"]``, which neither a step the grad
-    scaler skips nor a fused step that found inf/NaN gradients advances (one host read); of a batched group's Adam,
-    whose agents may count their own steps, the most any agent took."""
-    for group in optimizer.param_groups:
-        for parameter in group["params"]:
-            state = optimizer.state.get(parameter)
-            if state and "step" in state:
-                return int(state["step"].max())
-    return 0
 
 
 @dataclasses.dataclass
@@ -83,7 +67,7 @@ class Progress:
             setattr(self, field.name, int(state.get(field.name, 0)))
 
 
-class GroupedMultiAgent(Masks, MultiAgent):
+class GroupedMultiAgent(MultiAgent):
     """Base of the package's agents (see the module docstring)."""
 
     cfg_class: type
@@ -145,8 +129,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
         # one grad scaler for every optimiser of the agent
         self.scaler = make_grad_scaler(self._device_type, self.cfg.mixed_precision)
         self._non_finite_skipped = torch.zeros((), dtype=torch.long, device=self.device)
-        self._infos_action_masks: dict[str, torch.Tensor] | None = None
-        """``infos["action_mask"]`` of the last recorded step: the masks of the observations the next ``act`` sees."""
+        self.action_masks = ActionMasks(owner=name, action_spaces=self.action_spaces, device=self.device)  # masks
         self.progress = self.progress_class()
         self._timestep_offset = 0
         """Added to the trainer's ``timestep`` and ``timesteps``: the steps completed when the agent was initialised or
@@ -203,14 +186,9 @@ class GroupedMultiAgent(Masks, MultiAgent):
         self.group_of = {uid: group for group in groups for uid in group.uids}
 
     def _make_preprocessor(self, group: AgentGroup, kind: str, size: Any) -> Any:
-        """The group's ``cfg.<kind>_preprocessor``: one for a shared model, each agent's own (stacked) for a batched
-        group, the identity when none."""
+        """The group's ``cfg.<kind>_preprocessor`` (:meth:`~skrl_marl_ext.groups.AgentGroup.make_preprocessor`)."""
         cls, kwargs = getattr(group.cfg, f"{kind}_preprocessor"), getattr(group.cfg, f"{kind}_preprocessor_kwargs")
-        if not cls:
-            return identity
-        if not group.batched:
-            return make_preprocessor(cls, kwargs, size=size, device=self.device)
-        return StackedPreprocessor([make_preprocessor(cls, kwargs, size=size, device=self.device) for _ in group.uids])
+        return group.make_preprocessor(cls, kwargs, size=size, device=self.device)
 
     def _register_checkpoint(self, group: AgentGroup, modules: dict[str, Any]) -> None:
         """Save and load ``modules`` (name -> module with a state dict, or a list of one per agent; None and the
@@ -219,7 +197,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
         modules = group.checkpoint_entries(modules)
         for i, uid in enumerate(group.uids):
             for key, module in modules.items():
-                module = module[i] if isinstance(module, list) else module
+                module = module[i if len(module) > 1 else 0] if isinstance(module, list) else module
                 if module is not None and module is not identity:
                     self.checkpoint_modules[uid][key] = module
             self.checkpoint_modules[uid]["scaler"] = self.scaler
@@ -269,7 +247,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
         :param path: Path of the checkpoint file.
         """
         self.progress.load_state_dict({})  # a file without progress starts from 0
-        load_checkpoint(self, path)
+        checkpoints.load_checkpoint(self, path)
         self._timestep_offset = self.progress.timestep
         if self._trainer_timesteps is not None:  # loaded after the trainer's init: its "auto" intervals move
             self._resolve_auto_intervals()
@@ -285,7 +263,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
         :param path: The file to write.
         :raises ~skrl_marl_ext.checkpoints.files.WriteError: When it cannot be written (the message names the file and the cause).
         """
-        save_torch(self._module_states(lambda uid, name, module: self._get_internal_value(module)), path)
+        save_torch(checkpoints.agent_states(self), path)
 
     def write_checkpoint(self, *, timestep: int, timesteps: int) -> None:
         """skrl's ``write_checkpoint`` (``checkpoints/agent_<timestep>.pt``, ``best_agent.pt`` when a better one was
@@ -297,36 +275,8 @@ class GroupedMultiAgent(Masks, MultiAgent):
 
         :raises ~skrl_marl_ext.checkpoints.files.WriteError: When a file cannot be written (the message names it and the cause).
         """
-        self._write_checkpoint(timestep=self._shift(timestep, timesteps)[0])
-
-    def _write_checkpoint(self, *, timestep: int | None) -> None:
-        """:meth:`write_checkpoint` at the run's step ``timestep`` (already shifted)."""
-        folder = os.path.join(self.experiment_dir, "checkpoints")
-        tag = str(timestep if timestep is not None else datetime.datetime.now().strftime("%y-%m-%d_%H-%M-%S-%f"))
-        best = self.checkpoint_best_modules
-        write_best = bool(best["modules"]) and not best["saved"]
-        if self.cfg.experiment.store_separately:
-            for uid in self.possible_agents:
-                for name, module in self.checkpoint_modules[uid].items():
-                    save_torch(self._get_internal_value(module), os.path.join(folder, f"{uid}_{name}_{tag}.pt"))
-                    if write_best:
-                        save_torch(best["modules"][uid][name], os.path.join(folder, f"best_{uid}_{name}.pt"))
-            path = folder
-        else:
-            path = os.path.join(folder, f"agent_{tag}.pt")
-            save_torch(self._module_states(lambda uid, name, module: self._get_internal_value(module)), path)
-            if write_best:
-                states = self._module_states(lambda uid, name, module: best["modules"][uid][name])
-                save_torch(states, os.path.join(folder, "best_agent.pt"))
-        best["saved"] = best["saved"] or write_best
-        self.last_checkpoint = (timestep, path)
-
-    def _module_states(self, state: Callable[[str, str, Any], Any]) -> dict[str, dict[str, Any]]:
-        """``{agent: {module name: state(agent, name, module)}}`` over the checkpoint modules."""
-        return {
-            uid: {name: state(uid, name, module) for name, module in self.checkpoint_modules[uid].items()}
-            for uid in self.possible_agents
-        }
+        step = self._shift(timestep, timesteps)[0]
+        self.last_checkpoint = (step, checkpoints.write_checkpoint(self, timestep=step))
 
     def _shift(self, timestep: int | None, timesteps: int | None) -> tuple[int | None, int | None]:
         """The trainer's ``timestep`` (from 0) and ``timesteps`` (steps it runs) as the run's: both plus the steps
@@ -337,6 +287,16 @@ class GroupedMultiAgent(Masks, MultiAgent):
             None if timestep is None else timestep + offset,
             None if timesteps is None else timesteps + offset,
         )
+
+    def _recorded_step(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+        """``record_transition``'s arguments (its ``locals()``) as the step the algorithm stores: the timesteps shifted
+        (:meth:`_shift`), every input checked against the first step's shapes, skrl's episode tracking run; and the
+        step's infos (a dict, empty when the env gives none)."""
+        step = {k: v for k, v in arguments.items() if k not in ("self", "__class__")}
+        step["timestep"], step["timesteps"] = self._shift(step["timestep"], step["timesteps"])
+        self._input_check.check(step, timestep=step["timestep"], training=self.training)  # same shapes every step
+        MultiAgent.record_transition(self, **step)
+        return step, step["infos"] if isinstance(step["infos"], dict) else {}
 
     def pre_interaction(self, *, timestep: int, timesteps: int) -> None:
         """Nothing to do before the environment step (no timestep to shift)."""
@@ -353,7 +313,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
             if reward > best["reward"]:
                 best.update(timestep=timestep, reward=reward, saved=False)
                 best["modules"] = {
-                    uid: {name: self._best_state(module) for name, module in self.checkpoint_modules[uid].items()}
+                    uid: {name: checkpoints.best_state(module) for name, module in self.checkpoint_modules[uid].items()}
                     for uid in self.possible_agents
                 }
             offset = self._timestep_offset  # skrl's public call, in the trainer's count as it takes it
@@ -361,43 +321,23 @@ class GroupedMultiAgent(Masks, MultiAgent):
         if timestep > 1 and self.write_interval > 0 and not timestep % self.write_interval:
             self.write_tracking_data(timestep=timestep, timesteps=timesteps)
 
-    def _best_state(self, module: Any) -> Any:
-        if callable(getattr(module, "best_state_dict", None)):
-            return module.best_state_dict()
-        return copy.deepcopy(self._get_internal_value(module))
-
     # ------------------------------------------------------------------ optimisation
 
     def _optimizer_step(
-        self,
-        optimizer: torch.optim.Optimizer,
-        loss: torch.Tensor,
-        parameters: list,
-        clip: float,
-        *,
-        per_agent: bool = False,
-        count: bool = False,
+        self, optimizer: Adam, loss: torch.Tensor, parameters: list, clip: float, *, count: bool = False
     ) -> bool:
-        """Scaled backward, gradients averaged over ranks, unscaled and clipped to global norm ``clip`` (when
-        ``clip > 0``; with ``per_agent``, the norm of each agent's slice of stacked parameters), scaler step. The
-        caller runs ``self.scaler.update()`` once its iteration is complete.
+        """One loss's step: scaled backward, then :func:`~skrl_marl_ext.groups.optim.scaled_step` (clipped to
+        ``clip`` when above 0, each agent's own norm for stacked parameters). The caller runs ``self.scaler.update()``
+        once its iteration is complete.
 
         :return: With ``count`` and mixed precision, whether the optimiser stepped (the grad scaler skips a step with
             inf/NaN gradients; two host reads); True otherwise.
         """
         optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
-        distributed.all_reduce_gradients_(parameters)
-        if clip > 0:
-            self.scaler.unscale_(optimizer)
-            clip_grad_norm = clip_grad_norm_per_agent_ if per_agent else torch.nn.utils.clip_grad_norm_
-            clip_grad_norm(parameters, clip)
-        if not (count and self.scaler.is_enabled()):
-            self.scaler.step(optimizer)
-            return True
-        before = optimizer_steps(optimizer)
-        self.scaler.step(optimizer)
-        return optimizer_steps(optimizer) > before
+        before = optimizer.agent_steps() if count and self.scaler.is_enabled() else None
+        scaled_step(self.scaler, optimizer, clip_sets=[parameters], max_norm=clip)
+        return before is None or optimizer.agent_steps() != before
 
     def _autocast(self) -> Callable:
         """``torch.autocast`` of the agent's device, on when ``cfg.mixed_precision`` is."""
@@ -409,5 +349,4 @@ __all__ = [
     "GroupedMultiAgent",
     "Progress",
     "make_grad_scaler",
-    "optimizer_steps",
 ]

@@ -18,7 +18,7 @@ were refreshed by this rollout (then ours also carries that refresh, which the a
 
 A *team critic* (HARL's one critic for all agents) is one value model object given to every agent, each keeping a
 policy of its own: the agents' updates then train their policies alone, and the critic is trained once, after all of
-them, on every agent's samples with an optimiser of its own (``_update_team_critic``, marked ``# team critic``).
+them, on every agent's samples with an optimiser of its own (``_update_team_critic``).
 """
 
 from __future__ import annotations
@@ -37,14 +37,12 @@ from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import Progress
 from skrl_marl_ext.algorithms.happo_cfg import HAPPO_CFG
-from skrl_marl_ext.algorithms.mappo import OnPolicyAgent, OnPolicyGroup, TrainingData
-from skrl_marl_ext.checkpoints import OptimizerCheckpoint
+from skrl_marl_ext.algorithms.mappo import OnPolicyAgent, OnPolicyGroup
 from skrl_marl_ext.features.recurrent import is_recurrent
 from skrl_marl_ext.functional import masked_mean, value_loss
 from skrl_marl_ext.groups.optim import make_adam
-from skrl_marl_ext.keys import ACTION_MASK_KEY
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.storage.rollout import mini_batch_indexes
+from skrl_marl_ext.storage.rollout import TrainingData, mini_batch_indexes
 
 TEAM_CRITIC_FIELDS = (
     "learning_epochs",
@@ -126,6 +124,8 @@ class HAPPO(OnPolicyAgent):
     requires_states = True
     progress_class = HAPPOProgress
     value_loss = staticmethod(value_loss)  # the team critic's loss (see OnPolicyAgent.ppo_loss)
+    team_critic: Model | None = None
+    """The team critic: the one value model every agent was given (None: each agent trains its own)."""
     _critic_optimizer: torch.optim.Optimizer | None = None
     """Team critic: its optimiser (with ``_critic_scheduler`` and ``_critic_value_preprocessor``)."""
     _critic_scheduler: Any = None
@@ -165,7 +165,7 @@ class HAPPO(OnPolicyAgent):
                 stacklevel=2,
             )
 
-    def _batchable(self, uid: str) -> bool:
+    def _batchable(self, uid: str, failures: dict) -> bool:
         """Never: a stacked batch steps its agents at once, HAPPO one after another."""
         return False
 
@@ -222,7 +222,7 @@ class HAPPO(OnPolicyAgent):
         group.value_preprocessor = self._critic_value_preprocessor
         modules = {
             "value_preprocessor": group.value_preprocessor,
-            "value_optimizer": OptimizerCheckpoint(self._critic_optimizer),
+            "value_optimizer": self._critic_optimizer,
             "value_scheduler": self._critic_scheduler,
         }
         self._register_checkpoint(group, modules)
@@ -236,6 +236,21 @@ class HAPPO(OnPolicyAgent):
             order = update_order(seed=self.progress.order_seed, update=self.progress.updates, size=len(order))
         self.progress.updates += 1
         return [self.groups[index] for index in order]
+
+    def _next_advantage_weights(
+        self, group: OnPolicyGroup, data: TrainingData | None, weights: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """``M`` of the next group: ``weights`` (``M`` of ``group``; None: 1) times the ratio of ``group``'s agents
+        after its epochs (:meth:`_ratio_after_update`); as it was when the group had no rollout."""
+        if data is None:
+            return weights
+        ratio = self._ratio_after_update(group, data)
+        return ratio if weights is None else weights * ratio
+
+    def _after_update(self, trained: list[tuple[OnPolicyGroup, TrainingData | None]]) -> None:
+        """The team critic, trained once, after every policy (HARL)."""
+        if self.team_critic is not None:
+            self._update_team_critic(trained)
 
     def _update_team_critic(self, trained: list[tuple[OnPolicyGroup, TrainingData | None]]) -> None:
         """Train the team critic once, after every policy (HARL's ``critic.train``): its value statistics take in
@@ -259,7 +274,7 @@ class HAPPO(OnPolicyAgent):
         T, N = first.rollout.rollouts, first.rollout.num_envs
         shuffle, total, steps = cfg.mini_batch_order == "shuffled", torch.zeros((), device=self.device), 0
         for _ in range(cfg.learning_epochs):
-            for indexes in mini_batch_indexes(T * N, first.mini_batches, device=self.device, shuffle=shuffle):
+            for indexes in mini_batch_indexes(T, N, first.mini_batches, device=self.device, shuffle=shuffle):
                 losses, masks = [], []
                 with self._autocast():
                     for group, data in parts:
@@ -284,38 +299,18 @@ class HAPPO(OnPolicyAgent):
                 self._critic_scheduler.step()
         self.track_data("Loss / Value loss (team critic)", (total / max(steps, 1)).item())
 
-    def _next_advantage_weights(
-        self, group: OnPolicyGroup, data: TrainingData | None, weights: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """``M`` of the next group: ``weights`` (``M`` of ``group``; None: 1) times the ratio ``pi_new / pi_old`` of
-        ``group``'s agents after its epochs. M > 0, so min(r A, clip(r) A) M = min(r (A M), clip(r) (A M)): weighting
-        the advantages is HARL's factor * min(surr1, surr2) (harl/algorithms/actors/happo.py), with the clip and the
-        masks unchanged."""
-        if data is None:  # the group has no rollout: M as it was
-            return weights
-        ratio = self._ratio_after_update(group, data)
-        return ratio if weights is None else weights * ratio
-
     def _ratio_after_update(self, group: OnPolicyGroup, data: TrainingData) -> torch.Tensor:
         """``prod over the group's agents of pi_new / pi_old`` per sample ``(T * N, 1)``, no gradient: the policy as the
         epochs left it, on the inputs the epochs read (mini-batch by mini-batch, in order); 1 where an agent was
-        masked."""
+        masked. M > 0, so min(r A, clip(r) A) M = min(r (A M), clip(r) (A M)): weighting the next group's advantages
+        by it is HARL's factor * min(surr1, surr2) (harl/algorithms/actors/happo.py), with the clip and the masks
+        unchanged."""
         G, T, N = group.size, group.rollout.rollouts, group.rollout.num_envs
         ratio = torch.ones(G, T * N, 1, device=self.device)
-        if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
-            batches = group.recurrent.mini_batch_indexes(T, N, group.mini_batches, device=self.device, shuffle=False)
-        else:
-            batches = mini_batch_indexes(T * N, group.mini_batches, device=self.device, shuffle=False)
         with torch.no_grad(), self._autocast():
-            for indexes in batches:
+            for indexes in group.rollout.mini_batch_indexes(group.mini_batches, shuffle=False):
                 batch = data.batch(indexes)
-                inputs = {"observations": batch["observations"].contiguous(), "states": batch["states"]}
-                if batch["action_mask"] is not None:  # masks
-                    inputs[ACTION_MASK_KEY] = batch["action_mask"].contiguous()
-                inputs["taken_actions"] = batch["actions"].contiguous()
-                if group.recurrent is not None:  # recurrent
-                    inputs.update(group.recurrent.batch_inputs(batch, "policy"))
-                _, outputs = group.act("policy", inputs)
+                ((_, outputs),) = group.act_many(("policy", self._model_calls(group, batch)[0]))
                 r = torch.exp(outputs["log_prob"].float().view(G, -1, 1) - batch["log_prob"])
                 if batch["mask"] is not None:  # masks: an absent agent leaves M as it is
                     r = torch.where(batch["mask"], r, 1.0)

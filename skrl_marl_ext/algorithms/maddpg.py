@@ -39,13 +39,13 @@ import gymnasium
 import torch
 from skrl.memories.torch import Memory
 from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
-from skrl.multi_agents.torch import MultiAgent
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.algorithms.base import GroupedMultiAgent, Progress
 from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG
 from skrl_marl_ext.checks.arguments import call_model, dry_run, expect_shape
+from skrl_marl_ext.features.masks import agent_mask
 from skrl_marl_ext.features.recurrent import is_recurrent
 from skrl_marl_ext.functional import (
     actor_loss,
@@ -60,7 +60,7 @@ from skrl_marl_ext.functional import (
 )
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
 from skrl_marl_ext.groups import AgentGroup
-from skrl_marl_ext.groups.optim import make_adam
+from skrl_marl_ext.groups.optim import Adam
 from skrl_marl_ext.groups.preprocessors import stackable_preprocessor
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
@@ -100,10 +100,11 @@ class MADDPGGroup(AgentGroup):
     """What the critics read under ``"states"``: the env's state, or every agent's observation concatenated."""
     policy_regularization: float = 0.0
     """The weight of the pre-tanh penalty, ``cfg.policy_regularization`` resolved at construction."""
-    policy_optimizer: torch.optim.Optimizer | None = None
-    critic_optimizer: torch.optim.Optimizer | None = None
-    policy_scheduler: Any = None
-    critic_scheduler: Any = None
+    policy_optimizer: Adam | None = None
+    critic_optimizer: Adam | None = None
+    policy_schedulers: list = dataclasses.field(default_factory=list)
+    """The actor's learning rate schedulers, one per agent of the optimiser (none without one)."""
+    critic_schedulers: list = dataclasses.field(default_factory=list)
     noise: Any = None
     low: torch.Tensor | None = None
     high: torch.Tensor | None = None
@@ -263,14 +264,14 @@ class MADDPG(GroupedMultiAgent):
 
         self._copy_targets(group)
         actor_lr, critic_lr = cfg.actor_learning_rate, cfg.critic_learning_rate
-        group.policy_optimizer = make_adam(group.parameters("policy"), lr=actor_lr)
-        group.critic_optimizer = make_adam(group.parameters(*group.critic_roles), lr=critic_lr)
+        group.policy_optimizer = group.make_optimizer(group.parameters("policy"), lr=actor_lr)
+        group.critic_optimizer = group.make_optimizer(group.parameters(*group.critic_roles), lr=critic_lr)
         (actor_scheduler, critic_scheduler) = cfg.learning_rate_scheduler
         (actor_kwargs, critic_kwargs) = cfg.learning_rate_scheduler_kwargs
         if actor_scheduler:
-            group.policy_scheduler = actor_scheduler(group.policy_optimizer, **actor_kwargs)
+            group.policy_schedulers = [actor_scheduler(v, **actor_kwargs) for v in group.policy_optimizer.views()]
         if critic_scheduler:
-            group.critic_scheduler = critic_scheduler(group.critic_optimizer, **critic_kwargs)
+            group.critic_schedulers = [critic_scheduler(v, **critic_kwargs) for v in group.critic_optimizer.views()]
 
         if not group.discrete:
             space = group.action_space
@@ -283,7 +284,9 @@ class MADDPG(GroupedMultiAgent):
 
         modules = {role: group.models[role] for role in self.roles}
         modules.update(policy_optimizer=group.policy_optimizer, critic_optimizer=group.critic_optimizer)
-        modules.update(policy_scheduler=group.policy_scheduler, critic_scheduler=group.critic_scheduler)
+        modules.update(
+            policy_scheduler=group.policy_schedulers or None, critic_scheduler=group.critic_schedulers or None
+        )
         for key in ("observation_preprocessor", "state_preprocessor"):
             modules[key] = getattr(group, key)
         self._register_checkpoint(group, modules)
@@ -336,7 +339,7 @@ class MADDPG(GroupedMultiAgent):
                 f"{name}: agents {uids} have continuous actions; their policy must be a DeterministicMixin model "
                 f"(e.g. skrl_marl_ext.models.DeterministicMLP), got {type(group.policy).__name__}"
             )
-        self._note_mask_in_observations(group)
+        self.action_masks.note_observation_mask(group)
         rows = 2 * group.size
         obs = torch.zeros(rows, self._obs_sizes[uids[0]], device=self.device)
         states = None
@@ -496,7 +499,7 @@ class MADDPG(GroupedMultiAgent):
         """
         raw_obs = group.stack(observations)
         G, n = group.size, raw_obs.shape[1]
-        mask = self._action_mask(group, raw_obs)  # (G * n, num_actions) or None
+        mask = self.action_masks.of_group(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
             return self._random_actions(group, G * n, mask).view(G, n, -1), {}
         obs = group.preprocess("observation", raw_obs, agent_dim=0)
@@ -547,13 +550,9 @@ class MADDPG(GroupedMultiAgent):
         with ``infos["agent_mask"]`` and ``infos["final_observations"]`` / ``["final_states"]`` (see :meth:`_record`).
         Parameters are skrl's: ``{agent: tensor}`` dicts, rewards, terminated and truncated of shape ``(N, 1)``.
         """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
-        MultiAgent.record_transition(self, **step)
-        infos = infos if isinstance(infos, dict) else {}
-        acted_masks = self._infos_action_masks  # the masks act() used for ``observations``
-        self._keep_action_masks(infos)  # the masks of next_observations, for the next act
+        step, infos = self._recorded_step(locals())  # shifted, checked, tracked by skrl
+        acted_masks = self.action_masks.from_infos  # the masks act() used for ``observations``
+        self.action_masks.keep(infos, self.group_of)  # the masks of next_observations, for the next act
         if self.training:
             self._record(step, infos=infos, acted_masks=acted_masks)
 
@@ -568,7 +567,7 @@ class MADDPG(GroupedMultiAgent):
         num_envs = next(iter(step["observations"].values())).shape[0]
         self.replay.check_num_envs(num_envs)
         agent_masks = {  # each group's (G, num_envs, 1) agent mask, once per step
-            group.index: self._agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs)
+            group.index: agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs, self.device)
             for group in self.groups
         }
         rows = {
@@ -610,11 +609,11 @@ class MADDPG(GroupedMultiAgent):
         self._use_final_observations(uid, row, infos.get(FINAL_OBSERVATIONS_KEY), infos.get(FINAL_STATES_KEY), get)
         if group.discrete:
             if group.mask_in_observations:
-                row["action_mask"] = self._observation_mask(group, row["observations"])
-                row["next_action_mask"] = self._observation_mask(group, row["next_observations"])
+                row["action_mask"] = self.action_masks.of_observations(group, row["observations"])
+                row["next_action_mask"] = self.action_masks.of_observations(group, row["next_observations"])
             else:
-                row["action_mask"] = self._infos_mask(uid, num_envs, acted_masks)
-                row["next_action_mask"] = self._infos_mask(uid, num_envs, self._infos_action_masks)
+                row["action_mask"] = self.action_masks.of_infos(uid, num_envs, acted_masks)
+                row["next_action_mask"] = self.action_masks.of_infos(uid, num_envs, self.action_masks.from_infos)
         return row
 
     def _use_final_observations(self, uid: str, samples: dict, finals: Any, final_states: Any, get: Callable) -> None:
@@ -689,7 +688,10 @@ class MADDPG(GroupedMultiAgent):
             critic_stepped, critic = self._critic_step(group, batch, joint_taken, targets)
             policy_stepped, q_pi = self._actor_step(group, batch, joint_taken) if policy_step else (False, None)
             # a schedule counts the optimiser steps that happened (torch warns of a scheduler stepped before one)
-            stepped[group.index] = ((group.policy_scheduler, policy_stepped), (group.critic_scheduler, critic_stepped))
+            stepped[group.index] = (
+                (group.policy_schedulers, policy_stepped),
+                (group.critic_schedulers, critic_stepped),
+            )
             stats.append(self._group_stats(critic, q_pi))
         self.scaler.update()  # once per gradient step, after every optimiser has stepped
         self._update_targets(policy_step=policy_step, stepped=stepped)
@@ -810,8 +812,7 @@ class MADDPG(GroupedMultiAgent):
             loss["loss"],
             group.parameters(*group.critic_roles),
             group.cfg.grad_norm_clip,
-            per_agent=group.own_models,
-            count=group.critic_scheduler is not None,
+            count=bool(group.critic_schedulers),
         )
         error = loss["squared_error"].detach()
         return stepped, {"q": qs[0].detach(), "target": targets, "error": error, "mask": mask, "agent_mask": agent_mask}
@@ -852,8 +853,7 @@ class MADDPG(GroupedMultiAgent):
             loss["loss"],
             group.parameters("policy"),
             cfg.grad_norm_clip,
-            per_agent=group.own_models,
-            count=group.policy_scheduler is not None,
+            count=bool(group.policy_schedulers),
         )
         return stepped, q_pi.detach()
 
@@ -864,8 +864,8 @@ class MADDPG(GroupedMultiAgent):
             for role in ("policy", *group.critic_roles) if policy_step else ():
                 target, online = group.parameters(f"target_{role}"), group.parameters(role)
                 polyak_update_(target=target, online=online, polyak=group.cfg.polyak)
-            for scheduler, optimizer_stepped in stepped[group.index]:
-                if scheduler is not None and optimizer_stepped:
+            for schedulers, optimizer_stepped in stepped[group.index]:
+                for scheduler in schedulers if optimizer_stepped else ():
                     scheduler.step()
 
     @staticmethod

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Callable
@@ -31,17 +32,15 @@ import gymnasium
 import torch
 from skrl.memories.torch import Memory
 from skrl.models.torch import CategoricalMixin, Model
-from skrl.multi_agents.torch import MultiAgent
-from skrl.resources.schedulers.torch import KLAdaptiveLR
 from skrl.utils.spaces.torch import compute_space_limits, compute_space_size
 
-from skrl_marl_ext import distributed
-from skrl_marl_ext.algorithms.base import GroupedMultiAgent, optimizer_steps
+from skrl_marl_ext.algorithms.base import GroupedMultiAgent
 from skrl_marl_ext.algorithms.mappo_cfg import IPPO_CFG, MAPPO_CFG, OnPolicyCfg
-from skrl_marl_ext.checkpoints import OptimizerCheckpoint
 from skrl_marl_ext.checks.arguments import check_policy_family, dry_run
+from skrl_marl_ext.features import recurrent
 from skrl_marl_ext.features.compiled import compile_agent
-from skrl_marl_ext.features.recurrent import RESET_KEY, RecurrentModels, RecurrentState
+from skrl_marl_ext.features.masks import agent_mask
+from skrl_marl_ext.features.recurrent import RecurrentState
 from skrl_marl_ext.functional import (
     approx_kl,
     compute_gae,
@@ -52,7 +51,7 @@ from skrl_marl_ext.functional import (
 )
 from skrl_marl_ext.groups import AgentGroup
 from skrl_marl_ext.groups.forming import batch_by_default
-from skrl_marl_ext.groups.optim import AgentOptimizerView, make_adam
+from skrl_marl_ext.groups.optim import Adam, UpdateSteps
 from skrl_marl_ext.groups.preprocessors import stackable_preprocessor
 from skrl_marl_ext.keys import (
     ACTION_MASK_KEY,
@@ -64,23 +63,37 @@ from skrl_marl_ext.keys import (
 from skrl_marl_ext.models.agent_id import append_agent_id, with_agent_ids
 from skrl_marl_ext.models.clipping import clips_gaussian_samples, unclipped_sampling
 from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.storage.rollout import RolloutBuffer, check_finite, mini_batch_indexes
+from skrl_marl_ext.storage.rollout import RolloutBuffer, TrainingData, check_finite
 
 STATISTICS = ("objective", "critic", "entropy", "kl", "clip_fraction", "std")
 """The per-agent statistics an update tracks: the terms of :func:`~skrl_marl_ext.functional.ppo_loss`, the policy's
 standard deviation."""
+LOSS_HYPERPARAMETERS = ("ratio_clip", "value_clip", "huber_delta", "value_loss_scale", "entropy_loss_scale")
+"""The config fields :func:`~skrl_marl_ext.functional.ppo_loss` takes, by their names."""
+TRACKED = {
+    "Loss / Policy loss": "objective",
+    "Loss / Value loss": "critic",
+    "Loss / Entropy loss": "entropy",
+    "Policy / Approx KL": "kl",
+    "Policy / Clip fraction": "clip_fraction",
+    "Policy / Standard deviation": "std",
+    "Value / Explained variance": "explained",
+    "Learning / Learning rate": "lr",
+}
+"""TensorBoard name (``"<name> (<agent>)"``) of each per-agent value an update tracks (a Gaussian policy's standard
+deviation, the value loss of a group that trains its critic, the entropy loss where it is on)."""
 
 
 @dataclasses.dataclass(eq=False)
 class OnPolicyGroup(AgentGroup):
     """An on-policy group: its optimiser over policy and value, value normaliser and rollout."""
 
-    optimizer: torch.optim.Optimizer | None = None
-    """One Adam over the group's trainable parameters; a batched group's steps each agent as its own (per-agent
-    learning rates and step counts: :class:`~skrl_marl_ext.groups.optim.Adam`)."""
-    scheduler: Any = None
-    """The learning rate scheduler (None without one); a batched group's is a list of one per agent, each adapting its
-    agent's learning rates through an :class:`~skrl_marl_ext.groups.optim.AgentOptimizerView`."""
+    optimizer: Adam | None = None
+    """One Adam over the group's trainable parameters; agents with models of their own each with their own learning
+    rates and step count (:class:`~skrl_marl_ext.groups.optim.Adam`)."""
+    schedulers: list = dataclasses.field(default_factory=list)
+    """The learning rate schedulers, one per agent of the optimiser (a batched group: each agent's own, adapting its
+    rates through its view; none without a scheduler)."""
     value_preprocessor: Callable = identity
     trainable: list[torch.nn.Parameter] = dataclasses.field(default_factory=list)
     """Every parameter the optimiser steps, each once."""
@@ -103,10 +116,6 @@ class OnPolicyGroup(AgentGroup):
 
     policy = property(lambda self: self.models["policy"])
     value = property(lambda self: self.models["value"])
-
-    def optimizer_steps(self) -> list[int]:
-        """The steps the optimiser took: each agent's of a batched group, else one count (one host read)."""
-        return self.optimizer.agent_steps() if self.batched else [optimizer_steps(self.optimizer)]
 
 
 @dataclasses.dataclass
@@ -132,50 +141,7 @@ class Decision:
     """Recurrent models: the hidden states the models returned (before any reset), by role."""
 
 
-@dataclasses.dataclass
-class TrainingData:
-    """A group's rollout as the mini-batches read it: the raw inputs where the rollout keeps them (a state the group
-    shares, once), gathered and preprocessed by each mini-batch; every other float tensor packed into one ``(G, T * N,
-    width)`` tensor (one gather per mini-batch); masks."""
-
-    packed: torch.Tensor
-    names: list[str]
-    widths: list[int]
-    mask: torch.Tensor | None
-    """``(G, T * N, 1)`` agent mask, or None when every sample counts (then every mean is a plain mean)."""
-    action_mask: torch.Tensor | None
-    inputs: dict[str, torch.Tensor]
-    """The rollout's raw ``observations`` ``(T, G, N, size)`` and ``states`` ``(T, G or 1, N, size)``, not copied."""
-    model_inputs: Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
-    """Raw ``(G, B, size)`` observations and ``(G or 1, B, size)`` states to the models' inputs ``(G, B, ...)``,
-    preprocessed with the statistics the update refreshed. They stay fixed through the epochs and preprocessing is
-    elementwise, so a mini-batch gets what preprocessing the whole rollout once would give it."""
-    flags: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
-    """Recurrent models: ``(G, T * N, 1)`` bool hidden-state resets and truncations."""
-
-    def column(self, name: str) -> torch.Tensor:
-        """Every sample of the packed tensor ``name``, ``(G, T * N, width)``."""
-        start = sum(self.widths[: self.names.index(name)])
-        return self.packed[..., start : start + self.widths[self.names.index(name)]]
-
-    def batch(self, indexes: torch.Tensor) -> dict[str, torch.Tensor | None]:
-        """The samples ``indexes`` (sample ``i``: step ``i // N``, env ``i % N``) of every tensor, ``(G, B, width)``;
-        a state the group shares is a view expanded to its agents (unless agent ids are appended)."""
-        batch = dict(zip(self.names, self.packed[:, indexes].split(self.widths, dim=-1), strict=True))
-        batch["mask"] = self.mask[:, indexes] if self.mask is not None else None
-        batch["action_mask"] = self.action_mask[:, indexes] if self.action_mask is not None else None
-        N = self.inputs["observations"].shape[2]
-        steps, envs = indexes.div(N, rounding_mode="floor"), indexes.remainder(N)
-        raw = {name: x.transpose(0, 1)[:, steps, envs] for name, x in self.inputs.items()}  # (G or 1, B, size)
-        obs, states = self.model_inputs(raw["observations"], raw.get("states"))
-        batch["observations"] = obs
-        # contiguous: models may .view() their inputs; a state shared by the group stays an expanded view
-        batch["states"] = states if states is None or states.stride(0) == 0 else states.contiguous()
-        batch.update({name: flag[:, indexes] for name, flag in self.flags.items()})
-        return batch
-
-
-class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
+class OnPolicyAgent(GroupedMultiAgent):
     """PPO per agent: the algorithm of :class:`MAPPO` and :class:`IPPO` (see the module docstring)."""
 
     cfg_class: type = OnPolicyCfg
@@ -214,9 +180,10 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
             cfg=cfg,
         )
         self.cfg: OnPolicyCfg
-        self._batching_failures: dict[tuple, tuple[str, str | None]] = {}  # recurrent: vmap dry runs per kind of model
-        self._form_groups(batchable=self._batchable, roles=self._grouping_roles())
-        self._warn_unbatched_recurrent()
+        failures: dict[tuple, tuple[str, str | None]] = {}  # recurrent: vmap dry runs, per kind of model
+        self._form_groups(batchable=lambda uid: self._batchable(uid, failures), roles=self._grouping_roles())
+        if self.cfg.batch_agent_models is True:  # recurrent: say which models run one by one, and why
+            recurrent.warn_unbatched(type(self).__name__, failures, self.models)
         self.policies = {uid: self.models[uid]["policy"] for uid in self.possible_agents}
         self.values = {uid: self.models[uid]["value"] for uid in self.possible_agents}
         num_envs = self._check_memories()
@@ -233,9 +200,6 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
         self._next_states: dict[str, torch.Tensor] | None = None
         self._decisions: dict[int, Decision] = {}
         self._next_hidden: dict[int, dict[str, Any]] = {}
-
-    team_critic: Model | None = None
-    """HAPPO's team critic: the one value model every agent was given (None: each group trains its own)."""
 
     def _grouping_roles(self) -> tuple[str, ...]:
         """The roles whose model objects define the groups: all of them (HAPPO's team critic: the policy alone)."""
@@ -260,19 +224,29 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
                 stacklevel=3,
             )
 
-    def _batchable(self, uid: str) -> bool:
+    def _batchable(self, uid: str, failures: dict) -> bool:
         """Agents with models of their own batch where ``cfg.batch_agent_models`` is True, or ``"auto"`` and
         :func:`~skrl_marl_ext.groups.forming.batch_by_default` says so, unless a preprocessor's statistics cannot be
-        stacked, or a recurrent model cannot run under ``torch.vmap`` (:meth:`_recurrent_models_batch`)."""
+        stacked, or a recurrent model cannot run under ``torch.vmap`` (:func:`~skrl_marl_ext.features.recurrent.
+        models_batch`, its dry runs kept in ``failures``)."""
         cfg = self.cfg
         preprocessors = ("observation_preprocessor", "state_preprocessor", "value_preprocessor")
         wanted = cfg.batch_agent_models
         if wanted == "auto":
             wanted = batch_by_default(self.models, uid, roles=self.roles, device=self.device)
+        spaces = {"observations": self.observation_spaces[uid], "states": self.state_spaces[uid]}
+        widths = {k: compute_space_size(v, occupied_size=True) if v else None for k, v in spaces.items()}
         return (
             wanted is True
             and all(stackable_preprocessor(cfg.value_for(name, uid)) for name in preprocessors)
-            and self._recurrent_models_batch(uid)
+            and recurrent.models_batch(
+                type(self).__name__,
+                {role: self.models[uid][role] for role in self.roles},
+                widths=widths,
+                device=self.device,
+                failures=failures,
+                uid=uid,
+            )
         )
 
     def _check_memories(self) -> int | None:
@@ -321,13 +295,13 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
     def _set_up_group(self, group: OnPolicyGroup) -> None:
         name = type(self).__name__
         check_policy_family(owner=name, uids=group.uids, policy=group.policy, action_space=group.action_space)
-        self._note_mask_in_observations(group)
+        self.action_masks.note_observation_mask(group)
         self._make_optimizer(group)
         self._make_preprocessors(group)
         if group.cfg.log_prob_of_unclipped_actions and clips_gaussian_samples(group.policy):
             low, high = compute_space_limits(group.action_space, device=self.device, none_if_unbounded="any")
             group.action_limits = (low, high) if low is not None else None  # unbounded: skrl does not clip either
-        group.recurrent = self._recurrent_state(group)
+        group.recurrent = recurrent.recurrent_state(name, group, roles=self.roles, rollouts=self.cfg.rollouts)
         obs, states = self._zero_inputs(group)
         policy_inputs, value_inputs = {"observations": obs, "states": states}, {"observations": obs, "states": states}
         if group.recurrent is None:
@@ -344,8 +318,8 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
                 model.train(mode)
             group.recurrent.current = None
         # the optimiser in skrl's checkpoint layout where it can be (one parameter group), so skrl's agents load it
-        modules = {"policy": group.policy, "value": group.value, "optimizer": OptimizerCheckpoint(group.optimizer)}
-        modules["scheduler"] = group.scheduler
+        modules = {"policy": group.policy, "value": group.value, "optimizer": group.optimizer}
+        modules["scheduler"] = group.schedulers or None
         for key in ("observation_preprocessor", "state_preprocessor", "value_preprocessor"):
             modules[key] = getattr(group, key)
         self._register_checkpoint(group, modules)
@@ -353,8 +327,8 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
     def _make_optimizer(self, group: OnPolicyGroup) -> None:
         """One Adam per group (``eps``: ``cfg.optimizer_eps``, torch's when None): the policy's and the value model's
         parameters as two parameter groups (a model in both roles counts once; a team critic's are not the group's),
-        each with its learning rate (a batched group's: each agent's own); the learning rate scheduler (a batched
-        group's: one per agent); the parameter lists clipped apart."""
+        each with its learning rate (agents with models of their own: each agent's own); the learning rate scheduler of
+        each agent of the optimiser; the parameter lists clipped apart."""
         cfg = group.cfg
         policy_lr, value_lr = cfg.learning_rate
         policy_params = group.parameters("policy")
@@ -377,14 +351,10 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
         separate = cfg.grad_norm_clip_mode == "separate" and value_params
         group.clip_sets = [policy_params, value_params] if separate else [group.trainable]
         eps = {} if cfg.optimizer_eps is None else {"eps": cfg.optimizer_eps}
-        group.optimizer = make_adam(param_groups, agents=group.size if group.batched else None, **eps)
-        if cfg.learning_rate_scheduler:
+        group.optimizer = group.make_optimizer(param_groups, **eps)
+        if cfg.learning_rate_scheduler:  # each agent's rates adapted on their own, as its own optimiser's would be
             scheduler, kwargs = cfg.learning_rate_scheduler, cfg.learning_rate_scheduler_kwargs
-            if group.batched:  # each agent's rates adapted on their own, as G optimisers' schedulers would
-                views = [AgentOptimizerView(group.optimizer, i) for i in range(group.size)]
-                group.scheduler = [scheduler(view, **kwargs) for view in views]
-            else:
-                group.scheduler = scheduler(group.optimizer, **kwargs)
+            group.schedulers = [scheduler(view, **kwargs) for view in group.optimizer.views()]
 
     def _make_preprocessors(self, group: OnPolicyGroup) -> None:
         cfg = group.cfg
@@ -451,7 +421,7 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
                 obs, group_states = self._model_inputs(group, raw_obs, raw_states)
                 policy_inputs = {"observations": obs, "states": group_states}
                 value_inputs = {"observations": obs, "states": group_states}
-                action_mask = self._action_mask(group, raw_obs) if group.discrete else None  # masks
+                action_mask = self.action_masks.of_group(group, raw_obs)  # masks
                 if action_mask is not None:
                     action_mask = action_mask.view(*raw_obs.shape[:2], -1)
                     policy_inputs[ACTION_MASK_KEY] = action_mask
@@ -524,21 +494,26 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
         ``["final_states"]`` are stored in training. Parameters are skrl's: ``{agent: tensor}`` dicts, rewards,
         terminated and truncated of shape ``(N, 1)``.
         """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        step = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
-        self._input_check.check(step, timestep=timestep, training=self.training)  # same shapes every step
-        MultiAgent.record_transition(self, **step)
-        infos = infos if isinstance(infos, dict) else {}
-        if ACTION_MASK_KEY in infos or self._infos_action_masks is not None:  # masks of next_observations
-            self._keep_action_masks(infos)
+        step, infos = self._recorded_step(locals())  # shifted, checked, tracked by skrl
+        if ACTION_MASK_KEY in infos or self.action_masks.from_infos is not None:  # masks of next_observations
+            self.action_masks.keep(infos, self.group_of)
         if self.training:
             self._next_observations, self._next_states = next_observations, next_states
             for group in self.groups:
                 decision = self._decisions.pop(group.index, None)
                 if decision is not None:
                     self._record_group(group, decision, step, infos)
-        if self._next_hidden:  # recurrent
-            self._advance_hidden_states(observations, terminated, truncated, infos)
+        if self._next_hidden:  # recurrent: hidden states move on, zeroed where an episode ended or an agent is absent
+            recurrent.advance_hidden_states(
+                self.groups,
+                self._next_hidden,
+                observations=observations,
+                terminated=terminated,
+                truncated=truncated,
+                infos=infos,
+                record_step=self._rollout_step if self.training else None,
+                device=self.device,
+            )
 
     def _record_group(self, group: OnPolicyGroup, decision: Decision, step: dict[str, Any], infos: dict) -> None:
         """Write one group's step ``t`` of the rollout ``(T, G, N, width)``: one stacked write per tensor."""
@@ -548,7 +523,7 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
         b.write(t, observations=decision.observations, log_prob=decision.log_prob, values=decision.values)
         agent_masks = infos.get(AGENT_MASK_KEY)
         if isinstance(agent_masks, dict) or len(observations) < len(self.possible_agents):  # masks
-            b.write(t, agent_mask=self._agent_mask(group, observations, agent_masks, b.num_envs))
+            b.write(t, agent_mask=agent_mask(group, observations, agent_masks, b.num_envs, self.device))
         else:
             b.tensors["agent_mask"][t].fill_(True)
         for name in ("actions", "rewards", "terminated", "truncated"):
@@ -585,14 +560,12 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
                 start = time.perf_counter()
                 skipped = check_finite(self.groups, skip=self.cfg.non_finite == "skip", owner=type(self).__name__)
                 self.enable_models_training_mode(True)
-                order, weights, trained = self._update_order(), None, []
-                for position, group in enumerate(order):
-                    data = self._update_group(group, advantage_weights=weights)
-                    trained.append((group, data))
-                    if position < len(order) - 1:  # HAPPO: the next group's advantages weighted by this one's ratio
-                        weights = self._next_advantage_weights(group, data, weights)
-                if self.team_critic is not None:  # HAPPO's team critic: trained once, after every policy (HARL)
-                    self._update_team_critic(trained)
+                weights, trained = None, []
+                for group in self._update_order():
+                    if trained:  # HAPPO: its advantages weighted by the ratios of the groups updated before it
+                        weights = self._next_advantage_weights(*trained[-1], weights)
+                    trained.append((group, self._update_group(group, advantage_weights=weights)))
+                self._after_update(trained)
                 self.enable_models_training_mode(False)
                 self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
                 if skipped is not None:  # non-finite
@@ -617,34 +590,32 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
             self._non_finite_skipped += skipped
         self._update_group(self.group_of[uid])
 
+    # HAPPO's sequential update (:mod:`~skrl_marl_ext.algorithms.happo`) replaces these three; MAPPO's groups are independent
+
     def _update_order(self) -> list[OnPolicyGroup]:
-        """The groups in the order the update takes them (each group's update reads only its own rollout)."""
+        """The groups in the order an update takes them."""
         return self.groups
 
-    def _next_advantage_weights(
-        self, group: OnPolicyGroup, data: TrainingData | None, weights: torch.Tensor | None
-    ) -> torch.Tensor | None:
-        """The weights of the next group's advantages after ``group`` was updated on ``data`` (``weights`` were
-        its own): none for MAPPO and IPPO, whose groups are independent (HAPPO's sequential update weights them)."""
+    def _next_advantage_weights(self, group: OnPolicyGroup, data: TrainingData | None, weights: Any) -> Any:
+        """The weights of the next group's advantages once ``group`` was updated on ``data``: none."""
         return None
 
-    def _update_team_critic(self, trained: list[tuple[OnPolicyGroup, TrainingData | None]]) -> None:
-        """HAPPO's team critic, on every group's data after their updates (MAPPO and IPPO have none)."""
-        raise NotImplementedError
+    def _after_update(self, trained: list[tuple[OnPolicyGroup, TrainingData | None]]) -> None:
+        """What follows every group's update (its data ``trained``): nothing."""
 
     def _update_group(self, group: OnPolicyGroup, advantage_weights: torch.Tensor | None = None) -> TrainingData | None:
         """PPO's update of one group: bootstrap and GAE, statistics, epochs of mini-batches (the loss, the step),
         tracking.
 
-        :param advantage_weights: ``(T * N, 1)`` weights of the standardised advantages per sample (the rollout's
-            samples in :meth:`RolloutBuffer.flat` order, the same for every agent of the group): HAPPO's factor of
-            the agents updated before; None (MAPPO, IPPO) for none.
+        :param advantage_weights: ``(T * N, 1)`` weights of the standardised advantages per sample (sample ``i``: step
+            ``i // N``, env ``i % N``; the same for every agent of the group): HAPPO's factor of the agents updated
+            before; None (MAPPO, IPPO) for none.
         :return: The data the epochs trained on, ``(G, T * N, width)`` (None when the group has no rollout).
         """
         if group.rollout is None:
             return None
-        cfg, rollout, b = group.cfg, group.rollout, group.rollout.tensors
-        G, N, T = group.size, rollout.num_envs, rollout.rollouts
+        cfg, b = group.cfg, group.rollout.tensors
+        G, N, T = group.size, group.rollout.num_envs, group.rollout.rollouts
         mask = b["agent_mask"]  # (T, G, N, 1)
 
         # bootstrap: the critic's value of the observations after the last step
@@ -657,7 +628,7 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
             group.value.enable_training_mode(True)
         last_values = last_values.float().view(1, G, N, 1)
         if self.cfg.non_finite == "skip":  # non-finite: no bootstrap from a non-finite value, no last sample
-            last_values = rollout.skip_non_finite_bootstrap(last_values)
+            last_values = group.rollout.skip_non_finite_bootstrap(last_values)
 
         # GAE in the env's value scale: the recorded raw outputs denormalised with the statistics they were computed
         # with; with time_limit_bootstrap a truncated step bootstraps from final_values (_record_final_values) and the
@@ -681,6 +652,8 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
         # per agent over (step, env), or over the agents of a shared policy too ("pooled", the MAPPO paper's code)
         pooled = cfg.advantage_standardization == "pooled" and not group.own_models
         advantages = normalize_advantages(advantages, mask, dim=(0, 1, 2, 3) if pooled else (0, 2, 3))
+        if advantage_weights is not None:  # HAPPO: the factor of the agents updated before, per (step, env)
+            advantages = advantages * advantage_weights.view(T, 1, N, 1)
         explained = explained_variance(values=values, returns=returns, mask=mask, dim=(0, 2, 3))
 
         # statistics: value targets normalised with statistics refreshed by this rollout's returns (the MAPPO paper's
@@ -696,189 +669,116 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
             state_mask = mask.any(dim=1, keepdim=True) if group.shared_state and not group.own_models else mask
             group.update_statistics("state", b["states"], state_mask, agent_dim=1)
 
-        # the rollout per agent (G, T * N, width): the inputs stay raw in the rollout and each mini-batch preprocesses
-        # its own (TrainingData.batch); a state the group shares is preprocessed once for all agents where their
-        # statistics are the same (one host read), not once per agent
-        shared = "states" in b and b["states"].shape[1] == 1
-        shared_preprocessor = group.common_preprocessor("state") if shared else None
-
-        def model_inputs(obs: torch.Tensor, states: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-            obs = group.preprocess("observation", obs, agent_dim=0)
-            if states is not None:
-                if shared_preprocessor is not None and states.shape[0] == 1:
-                    states = shared_preprocessor(states)
-                else:
-                    states = group.preprocess("state", states, agent_dim=0)
-            return self._model_inputs(group, obs, states, preprocess=False)
-
-        advantages = advantages.transpose(0, 1).reshape(G, T * N, 1)
-        if advantage_weights is not None:
-            advantages = advantages * advantage_weights
-        floats = {
-            "actions": rollout.flat("actions"),
-            "log_prob": rollout.flat("log_prob"),
-            "values": rollout.flat("values"),
-            "returns": returns.transpose(0, 1).reshape(G, T * N, 1),
-            "advantages": advantages,
-        }
-        flags = {}
-        if group.recurrent is not None:  # recurrent: each step's stored hidden states, resets, truncations
-            floats.update(group.recurrent.rollout_entries(rollout))
-            flags = {RESET_KEY: rollout.flat(RESET_KEY), "truncated": rollout.flat("truncated")}
-        masked = group.mask_in_observations or group.masks_seen  # masks: stored and used once a policy had them
-        data = TrainingData(
-            packed=torch.cat([v.float() for v in floats.values()], dim=-1),
-            names=list(floats),
-            widths=[v.shape[-1] for v in floats.values()],
-            mask=None if bool(mask.all()) else rollout.flat("agent_mask"),
-            action_mask=rollout.flat("action_mask") if masked else None,
-            inputs={name: b[name] for name in ("observations", "states") if name in b},
-            model_inputs=model_inputs,
-            flags=flags,
+        # the rollout per agent (G, T * N, width), its inputs left raw: each mini-batch preprocesses its own; a state
+        # the group shares once for all its agents where their statistics are the same (one host read)
+        shared = group.common_preprocessor("state") if group.shared_state else None
+        data = TrainingData.from_rollout(
+            group.rollout,
+            advantages=advantages,
+            returns=returns,
+            model_inputs=functools.partial(self._model_inputs, group, shared=shared),
+            action_mask=group.mask_in_observations or group.masks_seen,  # masks: used once a policy had them
         )
 
-        # epochs of mini-batches: one loss and one optimiser step each. With cfg.kl_threshold, an agent whose mini-batch
-        # KL passes it steps no more in this epoch, as skrl breaks its mini-batch loop there; the next epoch tries
-        # again. Each agent of a batched group has its own KL, stop, learning rates and scheduler (K = G); agents
-        # sharing a model have one (K = 1). The scheduler steps once per epoch, KLAdaptiveLR with the epoch's mean KL
+        # epochs of mini-batches: one loss and one optimiser step each; with cfg.kl_threshold an agent whose
+        # mini-batch KL passes it steps no more in the epoch; each agent's scheduler steps once per epoch (UpdateSteps)
+        steps = UpdateSteps(group.optimizer, group.schedulers, kl_threshold=cfg.kl_threshold, scaler=self.scaler)
         stats = {name: torch.zeros(G, device=self.device) for name in STATISTICS}
-        K = G if group.batched else 1
-        schedulers = [] if group.scheduler is None else group.scheduler if group.batched else [group.scheduler]
-        updates, agent_updates = 0, [0] * K  # optimiser steps, and those each agent took part in
-        shuffle = cfg.mini_batch_order == "shuffled"
-        amp = self.scaler.is_enabled()
         for _ in range(cfg.learning_epochs):
-            stepping, live = [True] * K, torch.ones(K, device=self.device)  # the agents still stepping, as weights
-            epoch_kl, epoch_steps = [], [0] * K
-            steps_before = group.optimizer_steps() if amp and schedulers else None
-            if group.recurrent is not None and group.recurrent.sequence_length > 1:  # recurrent: whole sequences
-                batches = group.recurrent.mini_batch_indexes(
-                    T, N, group.mini_batches, device=self.device, shuffle=shuffle
-                )
-            else:
-                batches = mini_batch_indexes(T * N, group.mini_batches, device=self.device, shuffle=shuffle)
-            for indexes in batches:
+            steps.start_epoch()
+            for indexes in group.rollout.mini_batch_indexes(
+                group.mini_batches, shuffle=cfg.mini_batch_order == "shuffled"
+            ):
                 batch = data.batch(indexes)  # (G, B, width)
-                B = batch["log_prob"].shape[1]
                 # forward and backward in passes of a batched group's agents (cfg.update_agents_at_once): only one
                 # pass's activations are alive; the loss is a sum of per-agent terms, so the gradients are the same
                 group.optimizer.zero_grad(set_to_none=True)
                 passes = []
-                for agents in group.agent_passes(cfg.update_agents_at_once, rows=B):
+                for agents in group.agent_passes(cfg.update_agents_at_once, rows=batch["log_prob"].shape[1]):
                     part = {name: x if x is None or agents == slice(None) else x[agents] for name, x in batch.items()}
-                    # contiguous: models may .view() their inputs; a state shared by the group stays an expanded view
-                    obs = part["observations"].contiguous()
-                    policy_inputs = {"observations": obs, "states": part["states"]}
-                    if part["action_mask"] is not None:  # masks
-                        policy_inputs[ACTION_MASK_KEY] = part["action_mask"].contiguous()
-                    policy_inputs["taken_actions"] = part["actions"].contiguous()
-                    value_inputs = {"observations": obs, "states": part["states"]}
-                    if group.recurrent is not None:  # recurrent
-                        policy_inputs.update(group.recurrent.batch_inputs(part, "policy"))
-                        value_inputs.update(group.recurrent.batch_inputs(part, "value"))
-                    with self._autocast():
-                        # both networks before the loss (one vmapped call for a batched group); a team critic is
-                        # trained on its own
-                        calls = [("policy", policy_inputs)] + ([("value", value_inputs)] if group.trains_value else [])
-                        (_, outputs), *value_results = group.act_many(*calls, agents=agents)
-                        predicted = value_results[0][0].float().view(-1, B, 1) if value_results else None
-                        log_prob = outputs["log_prob"].float().view(-1, B, 1)
-                        entropy = None
-                        if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
-                            entropy = group.policy.get_entropy(role="policy").float().view(-1, B, 1)
-                        terms = self.ppo_loss(
-                            log_prob=log_prob,
-                            old_log_prob=part["log_prob"],
-                            advantages=part["advantages"],
-                            values=predicted,
-                            old_values=part["values"],
-                            returns=part["returns"],
-                            entropy=entropy,
-                            mask=part["mask"],
-                            per_agent=group.own_models,
-                            ratio_clip=cfg.ratio_clip,
-                            value_clip=cfg.value_clip,
-                            huber_delta=cfg.huber_delta,
-                            value_loss_scale=cfg.value_loss_scale,
-                            entropy_loss_scale=cfg.entropy_loss_scale,
-                        )
-                    loss = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
-                    self.scaler.scale(loss).backward()
-                    with torch.no_grad():  # the pass's statistics
-                        distribution = group.policy.distribution(role="policy")
-                        if isinstance(distribution, torch.distributions.Normal):
-                            terms["std"] = distribution.stddev.float().view(len(log_prob), B, -1).mean(dim=(1, 2))
-                        passes.append({name: terms[name].view(-1) for name in STATISTICS if name in terms})
-                terms = {name: torch.cat([p[name] for p in passes]) for name in passes[0]} if passes[1:] else passes[0]
-                # the KL that stops agents: each one's (K = G), or all rows' for agents sharing a model (one pass)
-                kl = (
-                    terms["kl"]
-                    if group.batched
-                    else masked_mean(approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), batch["mask"])
-                )
-
-                # the epoch's KLs of the agents still stepping, this one's included when it stops them (as skrl)
-                epoch_kl.append((kl.view(K), live))
-                # early stopping: the rank-mean KL of this mini-batch, before its step (one host read, only when on);
-                # the gradients of an agent it stops are not stepped
-                if cfg.kl_threshold:
-                    over = (distributed.all_reduce_mean_(kl.view(K).clone()) > cfg.kl_threshold).tolist()
-                    if any(s and o for s, o in zip(stepping, over, strict=True)):
-                        stepping = [s and not o for s, o in zip(stepping, over, strict=True)]
-                        if not any(stepping):
-                            break
-                        live = torch.tensor(stepping, dtype=torch.float32, device=self.device)
-                distributed.all_reduce_gradients_(group.trainable)
-                if cfg.grad_norm_clip > 0:
-                    self.scaler.unscale_(group.optimizer)
-                    for parameters in group.clip_sets:  # all together, or policy and value apart
-                        group.clip_grad_norm_(parameters, cfg.grad_norm_clip)
-                # the agents that stopped are left out of the step: their parameters and Adam state stay as they are
-                self.scaler.step(group.optimizer, **({} if all(stepping) else {"agents": stepping}))
-                self.scaler.update()
+                    terms = self._loss_terms(group, part, agents=agents)
+                    self.scaler.scale(terms["loss"]).backward()
+                    passes.append({name: terms[name] for name in (*STATISTICS, "model_kl") if name in terms})
+                terms = {name: torch.cat([p[name] for p in passes]) for name in passes[0]}
+                if not steps.keep_stepping(terms["model_kl"]):  # the KL before the step, as skrl's
+                    break
+                steps.step(clip_sets=group.clip_sets, max_norm=cfg.grad_norm_clip)
                 for name in STATISTICS:  # the statistics of the agents that stepped
                     if name in terms:
-                        stats[name].addcmul_(terms[name], live)
-                epoch_steps = [n + s for n, s in zip(epoch_steps, stepping, strict=True)]
-                updates += 1
-            agent_updates = [n + e for n, e in zip(agent_updates, epoch_steps, strict=True)]
-            # the scheduler steps once per epoch, as skrl's, also after a KL stop before any step; with mixed precision
-            # not for an agent all of whose steps of the epoch the grad scaler skipped (inf/NaN gradients: no training)
-            if schedulers:
-                counted = [True] * K
-                if steps_before is not None:
-                    taken = [now - before for now, before in zip(group.optimizer_steps(), steps_before, strict=True)]
-                    counted = [n == 0 or t > 0 for n, t in zip(epoch_steps, taken, strict=True)]
-                mean_kl = None
-                if any(isinstance(scheduler, KLAdaptiveLR) for scheduler in schedulers):  # each agent's, over ranks
-                    kls, weights = (torch.stack(column) for column in zip(*epoch_kl, strict=True))
-                    mean_kl = distributed.all_reduce_mean_((kls * weights).sum(0) / weights.sum(0)).tolist()
-                for k, scheduler in enumerate(schedulers):
-                    if counted[k] and isinstance(scheduler, KLAdaptiveLR):
-                        scheduler.step(mean_kl[k])
-                    elif counted[k]:
-                        scheduler.step()
+                        stats[name].addcmul_(terms[name], steps.live)
+            steps.end_epoch()
 
         # tracking: one host read per update, the mean per-agent losses and statistics of the steps each agent took
-        agent_updates = agent_updates if group.batched else agent_updates * G
-        means = {n: [v / max(c, 1) for v, c in zip(t.tolist(), agent_updates, strict=True)] for n, t in stats.items()}
-        explained = explained.tolist()
-        param_groups = group.optimizer.agent_param_groups if group.batched else [group.optimizer.param_groups] * G
+        means = dict(zip(stats, (torch.stack(list(stats.values())) / steps.taken.clamp(min=1)).tolist(), strict=True))
+        means.update(explained=explained.tolist(), lr=group.optimizer.learning_rates().expand(G).tolist())
         normal = isinstance(group.policy.distribution(role="policy"), torch.distributions.Normal)
+        left_out = {"critic": not group.trains_value, "entropy": not cfg.entropy_loss_scale, "std": not normal}
         for i, uid in enumerate(group.uids):
-            self.track_data(f"Loss / Policy loss ({uid})", means["objective"][i])
-            if group.trains_value:
-                self.track_data(f"Loss / Value loss ({uid})", means["critic"][i])
-            if cfg.entropy_loss_scale:
-                self.track_data(f"Loss / Entropy loss ({uid})", means["entropy"][i])
-            self.track_data(f"Policy / Approx KL ({uid})", means["kl"][i])
-            self.track_data(f"Policy / Clip fraction ({uid})", means["clip_fraction"][i])
-            if normal:
-                self.track_data(f"Policy / Standard deviation ({uid})", means["std"][i])
-            self.track_data(f"Value / Explained variance ({uid})", explained[i])
-            self.track_data(f"Learning / Learning rate ({uid})", param_groups[i][0]["lr"])
-        self.track_data("Learning / Updates per rollout", updates)
+            for name, key in TRACKED.items():
+                if not left_out.get(key):
+                    self.track_data(f"{name} ({uid})", means[key][i])
+        self.track_data("Learning / Updates per rollout", steps.count)
         return data
+
+    def _model_calls(self, group: OnPolicyGroup, batch: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The policy's and the value model's inputs for a mini-batch ``(G, B, ...)``: the taken actions to evaluate,
+        the action mask (masks) and the hidden states the sequences start from (recurrent)."""
+        obs = batch["observations"].contiguous()  # models may .view() their inputs
+        policy_inputs = {"observations": obs, "states": batch["states"], "taken_actions": batch["actions"].contiguous()}
+        value_inputs = {"observations": obs, "states": batch["states"]}
+        if batch["action_mask"] is not None:  # masks
+            policy_inputs[ACTION_MASK_KEY] = batch["action_mask"].contiguous()
+        if group.recurrent is not None:  # recurrent
+            policy_inputs.update(group.recurrent.batch_inputs(batch, "policy"))
+            value_inputs.update(group.recurrent.batch_inputs(batch, "value"))
+        return policy_inputs, value_inputs
+
+    def _loss_terms(self, group: OnPolicyGroup, batch: dict[str, Any], *, agents: slice) -> dict[str, torch.Tensor]:
+        """One mini-batch's forward (both networks in one call; a team critic is trained on its own) and PPO's loss
+        terms (:func:`~skrl_marl_ext.functional.ppo_loss`) for ``agents`` of the group: the terms, their sum
+        ``"loss"``, the policy's standard deviation ``"std"`` and ``"model_kl"``, each model's KL (of each agent with
+        models of its own, else of all the rows)."""
+        cfg, B = group.cfg, batch["log_prob"].shape[1]
+        policy_inputs, value_inputs = self._model_calls(group, batch)
+        with self._autocast():
+            calls = [("policy", policy_inputs)] + ([("value", value_inputs)] if group.trains_value else [])
+            (_, outputs), *value_results = group.act_many(*calls, agents=agents)
+            predicted = value_results[0][0].float().view(-1, B, 1) if value_results else None
+            log_prob = outputs["log_prob"].float().view(-1, B, 1)
+            entropy = None
+            if cfg.entropy_loss_scale:  # skipped when off (skrl's default): no entropy in the graph
+                entropy = group.policy.get_entropy(role="policy").float().view(-1, B, 1)
+            terms = self.ppo_loss(
+                log_prob=log_prob,
+                old_log_prob=batch["log_prob"],
+                advantages=batch["advantages"],
+                values=predicted,
+                old_values=batch["values"],
+                returns=batch["returns"],
+                entropy=entropy,
+                mask=batch["mask"],
+                per_agent=group.own_models,
+                **{name: getattr(cfg, name) for name in LOSS_HYPERPARAMETERS},
+            )
+        terms["loss"] = terms["loss_objective"] + terms["loss_critic"] + terms["loss_entropy"]
+        with torch.no_grad():
+            distribution = group.policy.distribution(role="policy")
+            if isinstance(distribution, torch.distributions.Normal):
+                terms["std"] = distribution.stddev.float().view(len(log_prob), B, -1).mean(dim=(1, 2))
+            terms["model_kl"] = terms["kl"]
+            if not group.own_models:  # one model: its KL over all the rows
+                terms["model_kl"] = masked_mean(
+                    approx_kl(log_prob=log_prob, old_log_prob=batch["log_prob"]), batch["mask"]
+                ).view(1)
+        return terms
+
+    def reset_recurrent_states(self) -> None:
+        """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
+        :meth:`init`, which does it, when they are constructed)."""
+        for group in self.groups:
+            if group.recurrent is not None:
+                group.recurrent.current = None
+        self._next_hidden.clear()
 
     def load(self, path: str) -> None:
         """Load a checkpoint (see :meth:`GroupedMultiAgent.load`). Recurrent hidden states start from zeros again:
@@ -906,26 +806,22 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
         return group.stack(states)
 
     def _model_inputs(
-        self,
-        group: OnPolicyGroup,
-        obs: torch.Tensor,
-        states: torch.Tensor | None,
-        *,
-        preprocess: bool = True,
+        self, group: OnPolicyGroup, obs: torch.Tensor, states: torch.Tensor | None, *, shared: Callable | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Stacked raw inputs ``(G, N, size)`` (states ``(1, N, size)`` when the group shares one) preprocessed with
-        the statistics as they are now (unless ``preprocess`` is off), as the group's model inputs ``(G, N, size
-        [+ G])``: a shared state expanded to the ``G`` agents (a view, not copies), one-hot agent ids appended when
-        configured.
+        the statistics as they are now, as the group's model inputs ``(G, N, size [+ G])``: a shared state expanded to
+        the ``G`` agents (a view, not copies), one-hot agent ids appended when configured.
 
+        :param shared: One preprocessor for a state the group shares, where every agent's statistics are the same (the
+            update's mini-batches: :meth:`~skrl_marl_ext.groups.AgentGroup.common_preprocessor`); None: each agent's
+            own (a batched group's preprocessors give the state back per agent).
         :return: ``(observations, states)`` (states None without states).
         """
-        G = group.size
-        if preprocess:  # a shared state comes back per agent from a batched group's own preprocessors
-            obs = group.preprocess("observation", obs, agent_dim=0)
-            states = group.preprocess("state", states, agent_dim=0) if states is not None else None
+        obs = group.preprocess("observation", obs, agent_dim=0)
         if states is not None:
-            states = states.expand(G, *states.shape[1:])
+            one = shared is not None and states.shape[0] == 1
+            states = shared(states) if one else group.preprocess("state", states, agent_dim=0)
+            states = states.expand(group.size, *states.shape[1:])
         if group.id_size:
             obs = with_agent_ids(obs)
             states = with_agent_ids(states) if states is not None else None
@@ -967,7 +863,10 @@ class OnPolicyAgent(RecurrentModels, GroupedMultiAgent):
             specs["action_mask"] = (G, group.num_actions, torch.bool)
         if group.recurrent is not None:
             specs.update(group.recurrent.specs(G))
-        group.rollout = RolloutBuffer(specs, rollouts=self.cfg.rollouts, num_envs=num_envs, device=self.device)
+        L = group.recurrent.sequence_length if group.recurrent is not None else 1
+        group.rollout = RolloutBuffer(
+            specs, rollouts=self.cfg.rollouts, num_envs=num_envs, device=self.device, sequence_length=L
+        )
 
     def _record_final_values(self, group: OnPolicyGroup, t: int, infos: dict, decision: Decision) -> None:
         """Store the value the time-limit bootstrap of step ``t`` uses (read only where the step was truncated).

@@ -1,4 +1,5 @@
-"""Checkpoints: read safely, checked strictly, and exchanged with skrl 2.1.1's MAPPO and IPPO.
+"""Checkpoints: written whole or not at all, read safely, checked strictly, and exchanged with skrl 2.1.1's MAPPO and
+IPPO.
 
 skrl 2.1.1's ``MultiAgent.load`` unpickles with ``weights_only=False``, so a crafted checkpoint runs arbitrary code
 when loaded; here the file is read with ``weights_only=True``. Everything ``save()`` writes for our agents (model,
@@ -19,6 +20,8 @@ both layouts load here.
 
 from __future__ import annotations
 
+import copy
+import datetime
 import os
 import pickle
 import re
@@ -27,6 +30,8 @@ import warnings
 from typing import Any
 
 import torch
+
+from skrl_marl_ext.checkpoints.files import save_torch
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -408,3 +413,62 @@ def _load_module(module: Any, state: Any, *, owner: str, path: Any, uid: str, na
         ) from None
     if isinstance(module, torch.nn.Module):
         module.eval()
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+
+
+def state_of(module: Any) -> Any:
+    """What a checkpoint holds of a module: its state dict (a plain value as it is)."""
+    return module.state_dict() if hasattr(module, "state_dict") else module
+
+
+def agent_states(agent: Any, state: Any = None) -> dict[str, dict[str, Any]]:
+    """``{agent name: {module name: state(agent name, module name, module)}}`` over ``agent.checkpoint_modules``
+    (``state``: :func:`state_of` the module when None)."""
+    return {
+        uid: {
+            name: state_of(module) if state is None else state(uid, name, module)
+            for name, module in agent.checkpoint_modules[uid].items()
+        }
+        for uid in agent.possible_agents
+    }
+
+
+def best_state(module: Any) -> Any:
+    """What ``best_agent.pt`` keeps of a module at a better checkpoint: a copy of its state (a module's own
+    ``best_state_dict()`` where it has one, e.g. MADDPG's replay, which keeps its position, not its rows)."""
+    if callable(getattr(module, "best_state_dict", None)):
+        return module.best_state_dict()
+    return copy.deepcopy(state_of(module))
+
+
+def write_checkpoint(agent: Any, *, timestep: int | None) -> str:
+    """skrl's ``write_checkpoint`` of ``agent`` at the run's step ``timestep``: ``checkpoints/agent_<timestep>.pt``
+    (a time stamp without a step) and ``best_agent.pt`` when a better one was kept; one file per agent and module with
+    ``store_separately``. Each file is written whole or not at all (:func:`~skrl_marl_ext.checkpoints.files.save_torch`).
+
+    :return: The path written (the folder with ``store_separately``).
+    :raises ~skrl_marl_ext.checkpoints.files.WriteError: When a file cannot be written (naming it and the cause).
+    """
+    folder = os.path.join(agent.experiment_dir, "checkpoints")
+    tag = str(timestep if timestep is not None else datetime.datetime.now().strftime("%y-%m-%d_%H-%M-%S-%f"))
+    best = agent.checkpoint_best_modules
+    write_best = bool(best["modules"]) and not best["saved"]
+    if agent.cfg.experiment.store_separately:
+        for uid in agent.possible_agents:
+            for name, module in agent.checkpoint_modules[uid].items():
+                save_torch(state_of(module), os.path.join(folder, f"{uid}_{name}_{tag}.pt"))
+                if write_best:
+                    save_torch(best["modules"][uid][name], os.path.join(folder, f"best_{uid}_{name}.pt"))
+        path = folder
+    else:
+        path = os.path.join(folder, f"agent_{tag}.pt")
+        save_torch(agent_states(agent), path)
+        if write_best:
+            save_torch(
+                agent_states(agent, lambda uid, name, module: best["modules"][uid][name]),
+                os.path.join(folder, "best_agent.pt"),
+            )
+    best["saved"] = best["saved"] or write_best
+    return path

@@ -4,7 +4,7 @@ calls them and of the loss. The agent enters here once, at the end of its constr
 What is compiled:
 
 - each group's networks: a batched group's one ``torch.vmap`` of its models' ``compute`` over the stacked parameters
-  (the map of :func:`~skrl_marl_ext.groups.stacked.act_together`), another group's model ``compute``. Acting, the
+  (the map of :meth:`~skrl_marl_ext.groups.AgentGroup.act_many`), another group's model ``compute``. Acting, the
   bootstrap value and every mini-batch's forward and backward pass run through them. skrl's mixins' ``act`` (sampling,
   log-probabilities, the kept distribution) stays eager on their result
   (:func:`~skrl_marl_ext.groups.stacked.act_answered`), so actions are drawn from torch's generator as eager draws

@@ -15,18 +15,14 @@ A model is recurrent when ``get_specification()`` returns ``{"rnn": {"sequence_l
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import torch
-from skrl.utils.spaces.torch import compute_space_size
 
+from skrl_marl_ext.features.masks import agent_mask
 from skrl_marl_ext.groups.stacked import batching_failure, stack_signature
 from skrl_marl_ext.keys import AGENT_MASK_KEY
-from skrl_marl_ext.storage.rollout import mini_batch_indexes
-
-RESET_KEY = "rnn_reset"
-"""Rollout entry: whether the hidden state was reset after the step (episode end or masked agent), ``(G, 1)``."""
+from skrl_marl_ext.storage.rollout import RESET_KEY
 
 
 def rnn_specification(owner: str, what: str, model: Any) -> tuple[int, list[tuple[int, int]]] | None:
@@ -138,17 +134,6 @@ class RecurrentState:
                 entries[f"rnn_{role}_{i}"] = h.view(layers, group_size, rows // group_size, size).permute(1, 2, 0, 3)
         return entries
 
-    def rollout_entries(self, rollout: Any) -> dict[str, torch.Tensor]:
-        """The stored hidden states of a rollout (:meth:`specs`) per agent, ``(G, T * N, layers * H)``."""
-        return {name: rollout.flat(name) for name in rollout.tensors if name.startswith("rnn_") and name != RESET_KEY}
-
-    def mini_batch_indexes(
-        self, rollouts: int, num_envs: int, mini_batches: int, *, device: torch.device | str, shuffle: bool
-    ) -> Iterator[torch.Tensor]:
-        """One epoch's mini-batches of whole sequences of the rollout (:func:`sequence_mini_batch_indexes`)."""
-        sequences = sequence_indexes(rollouts, num_envs, self.sequence_length, device=device)
-        return sequence_mini_batch_indexes(sequences, mini_batches, shuffle=shuffle)
-
     def batch_inputs(self, batch: dict[str, torch.Tensor], role: str) -> dict[str, Any]:
         """``{"rnn": [(layers, G * B, H)], "terminated", "truncated" (G, B, 1)}`` of a mini-batch ``(G, B, ...)`` for
         ``role`` (nothing when its model is not recurrent)."""
@@ -166,120 +151,97 @@ class RecurrentState:
         }
 
 
-def sequence_indexes(rollouts: int, num_envs: int, sequence_length: int, *, device) -> torch.Tensor:
-    """``(S, L)`` sample indexes of the rollout's sequences (sample ``i`` is step ``i // num_envs``, env
-    ``i % num_envs``): each env's steps cut into ``rollouts // L`` sequences of ``L`` consecutive steps."""
-    L = sequence_length
-    chunk = torch.arange(rollouts // L, device=device).view(-1, 1, 1)
-    env = torch.arange(num_envs, device=device).view(1, -1, 1)
-    step = torch.arange(L, device=device).view(1, 1, -1)
-    return ((chunk * L + step) * num_envs + env).reshape(-1, L)
+def models_batch(
+    owner: str, models: dict[str, Any], *, widths: dict[str, int | None], device: Any, failures: dict, uid: str
+) -> bool:
+    """Whether agent ``uid``'s recurrent ``models`` (by role; any that are) run under ``torch.vmap``, as a batched
+    group runs them: a dry run on zeros, acting and training (:func:`~skrl_marl_ext.groups.stacked.batching_failure`),
+    once per kind of model, kept in ``failures`` (``{(role, kind): (uid, reason or None)}``). Ours do
+    (:mod:`~skrl_marl_ext.models.rnn`); a model that calls ``nn.GRU``/``nn.LSTM`` (no batching rule) or branches on its
+    inputs does not: its agents run one by one.
+
+    :param widths: ``{input name: features per row}`` (``"observations"``, ``"states"``; None: the input is None).
+    """
+    for role, model in models.items():
+        spec = rnn_specification(owner, f"the {role} model of agent '{uid}'", model)
+        if spec is None:
+            continue
+        key = (role, stack_signature(model) or id(model))
+        if key not in failures:
+            runs = batching_dry_runs(spec[1], sequence_length=spec[0], widths=widths, device=device)
+            failures[key] = (uid, batching_failure(model, role, runs))
+        if failures[key][1]:
+            return False
+    return True
 
 
-def sequence_mini_batch_indexes(
-    sequences: torch.Tensor, mini_batches: int, *, shuffle: bool = True
-) -> Iterator[torch.Tensor]:
-    """One epoch's mini-batches of whole sequences, in random order with ``shuffle``, else in the order of
-    ``sequences`` (the same blocks every epoch); each the ``L`` steps of one sequence after another: the sequences
-    picked by :func:`~.rollout.mini_batch_indexes` (so with ``L == 1`` its indexes and RNG draws)."""
-    for part in mini_batch_indexes(sequences.shape[0], mini_batches, device=sequences.device, shuffle=shuffle):
-        yield sequences[part].reshape(-1)
-
-
-class RecurrentModels:
-    """What an on-policy agent adds for recurrent models (skrl's ``PPO_RNN`` convention), kept apart from its
-    algorithm as skrl keeps ``ppo_rnn.py`` apart from ``ppo.py``: whether a batched group can run them under
-    ``torch.vmap``, each group's :class:`RecurrentState`, and the hidden states' move to the next step. The algorithm
-    (:class:`~skrl_marl_ext.algorithms.mappo.OnPolicyAgent`) enters here at the places it marks ``# recurrent``; it
-    provides ``cfg``, ``roles``, ``models``, the spaces, ``groups``, ``_batching_failures``, ``_next_hidden``,
-    ``_rollout_step`` and ``_agent_mask``."""
-
-    def _recurrent_models_batch(self, uid: str) -> bool:
-        """Whether agent ``uid``'s recurrent models (if any) run under ``torch.vmap``, as a batched group runs them: a
-        dry run on zeros, acting and training, once per kind of model (:func:`~skrl_marl_ext.groups.stacked.
-        batching_failure`). Ours do (:mod:`~skrl_marl_ext.models.rnn`); a model that calls ``nn.GRU``/``nn.LSTM`` (no
-        batching rule) or branches on its inputs does not: its agents run one by one, said in a warning where
-        ``cfg.batch_agent_models`` is True."""
-        name = type(self).__name__
-        for role in self.roles:
-            model = self.models[uid][role]
-            spec = rnn_specification(name, f"the {role} model of agent '{uid}'", model)
-            if spec is None:
-                continue
-            key = (role, stack_signature(model) or id(model))
-            if key not in self._batching_failures:
-                widths = {"observations": self.observation_spaces[uid], "states": self.state_spaces[uid]}
-                widths = {k: compute_space_size(v, occupied_size=True) if v else None for k, v in widths.items()}
-                runs = batching_dry_runs(spec[1], sequence_length=spec[0], widths=widths, device=self.device)
-                self._batching_failures[key] = (uid, batching_failure(model, role, runs))
-            if self._batching_failures[key][1]:
-                return False
-        return True
-
-    def _warn_unbatched_recurrent(self) -> None:
-        """Where ``cfg.batch_agent_models`` is True: one warning per kind of recurrent model that cannot run under
-        ``torch.vmap`` (:meth:`_recurrent_models_batch`), naming an agent, the model and the reason."""
-        if self.cfg.batch_agent_models is not True:
-            return
-        for (role, _), (uid, failure) in self._batching_failures.items():
-            if failure:
-                model = self.models[uid][role]
-                warnings.warn(
-                    f"{type(self).__name__}: cfg.batch_agent_models is True, but the recurrent {role} model of agent "
-                    f"'{uid}' ({type(model).__name__}) cannot run under torch.vmap ({failure.splitlines()[0]}); the "
-                    "agents with such models run one by one. A recurrent model batches when no control flow depends "
-                    "on its inputs (e.g. `if terminated.any()`) and vmap has a batching rule for each of its ops (not "
-                    "for nn.GRU/nn.LSTM), as skrl_marl_ext.models' GaussianRNN, CategoricalRNN and ValueRNN",
-                    stacklevel=3,
-                )
-
-    def _recurrent_state(self, group: Any) -> RecurrentState | None:
-        """The group's hidden-state keeper when its policy or value model is recurrent (skrl's RNN convention).
-
-        :raises ValueError: When the two models name different sequence lengths, or ``cfg.rollouts`` is not a
-            multiple of the sequence length (every env's rollout is cut into whole sequences).
-        """
-        name, specs = type(self).__name__, {}
-        for role in self.roles:
-            spec = rnn_specification(name, f"the {role} model of agents {group.uids}", group.models[role])
-            if spec is not None:
-                specs[role] = spec
-        if not specs:
-            return None
-        lengths = {role: length for role, (length, _) in specs.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(
-                f"{name}: the recurrent models of agents {group.uids} name different sequence lengths {lengths}; "
-                "mini-batches are whole sequences of one length: give both models the same sequence_length"
+def warn_unbatched(owner: str, failures: dict, models: dict[str, dict[str, Any]]) -> None:
+    """One warning per kind of recurrent model that cannot run under ``torch.vmap`` (``failures`` of
+    :func:`models_batch`), naming an agent, the model and the reason: for ``cfg.batch_agent_models=True``."""
+    for (role, _), (uid, failure) in failures.items():
+        if failure:
+            model = models[uid][role]
+            warnings.warn(
+                f"{owner}: cfg.batch_agent_models is True, but the recurrent {role} model of agent "
+                f"'{uid}' ({type(model).__name__}) cannot run under torch.vmap ({failure.splitlines()[0]}); the "
+                "agents with such models run one by one. A recurrent model batches when no control flow depends "
+                "on its inputs (e.g. `if terminated.any()`) and vmap has a batching rule for each of its ops (not "
+                "for nn.GRU/nn.LSTM), as skrl_marl_ext.models' GaussianRNN, CategoricalRNN and ValueRNN",
+                stacklevel=4,
             )
-        length = next(iter(lengths.values()))
-        if self.cfg.rollouts % length:
-            raise ValueError(
-                f"{name}: cfg.rollouts ({self.cfg.rollouts}) is not a multiple of the sequence_length ({length}) of the "
-                f"recurrent models of agents {group.uids}; every env's rollout is cut into whole sequences. Set "
-                f"rollouts to a multiple of {length} (e.g. {length * max(1, round(self.cfg.rollouts / length))})"
-            )
-        shared = group.models["policy"] is group.models["value"]
-        return RecurrentState({r: sizes for r, (_, sizes) in specs.items()}, sequence_length=length, shared=shared)
 
-    def reset_recurrent_states(self) -> None:
-        """Zero the hidden states of recurrent models, e.g. after resetting the env yourself (skrl's trainers call
-        :meth:`init`, which does it, when they are constructed)."""
-        for group in self.groups:
-            if group.recurrent is not None:
-                group.recurrent.current = None
-        self._next_hidden.clear()
 
-    def _advance_hidden_states(self, observations: dict, terminated: dict, truncated: dict, infos: dict) -> None:
-        """Recurrent: move hidden states on to the models' new ones, zeroed for agents whose episode ended
-        (terminated or truncated) or that were masked at the step; in training, store where that happened."""
-        for index, new in list(self._next_hidden.items()):
-            group = self.groups[index]
-            num_envs = next(iter(group.recurrent.current.values()))[0].shape[1] // group.size
-            ended = group.stack(terminated).bool() | group.stack(truncated).bool()
-            alive = self._agent_mask(group, observations, infos.get(AGENT_MASK_KEY), num_envs)
-            reset = ended.view(group.size, num_envs, 1) | ~alive
-            if self.training and group.rollout is not None:
-                group.rollout.write(self._rollout_step, **{RESET_KEY: reset})
-            group.recurrent.advance(new, reset.view(-1))
-        self._next_hidden.clear()
+def recurrent_state(owner: str, group: Any, *, roles: tuple[str, ...], rollouts: int) -> RecurrentState | None:
+    """The group's hidden-state keeper when its policy or value model is recurrent (skrl's RNN convention).
+
+    :raises ValueError: When the two models name different sequence lengths, or ``rollouts`` is not a multiple of the
+        sequence length (every env's rollout is cut into whole sequences).
+    """
+    specs = {}
+    for role in roles:
+        spec = rnn_specification(owner, f"the {role} model of agents {group.uids}", group.models[role])
+        if spec is not None:
+            specs[role] = spec
+    if not specs:
+        return None
+    lengths = {role: length for role, (length, _) in specs.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(
+            f"{owner}: the recurrent models of agents {group.uids} name different sequence lengths {lengths}; "
+            "mini-batches are whole sequences of one length: give both models the same sequence_length"
+        )
+    length = next(iter(lengths.values()))
+    if rollouts % length:
+        raise ValueError(
+            f"{owner}: cfg.rollouts ({rollouts}) is not a multiple of the sequence_length ({length}) of the "
+            f"recurrent models of agents {group.uids}; every env's rollout is cut into whole sequences. Set "
+            f"rollouts to a multiple of {length} (e.g. {length * max(1, round(rollouts / length))})"
+        )
+    shared = group.models["policy"] is group.models["value"]
+    return RecurrentState({r: sizes for r, (_, sizes) in specs.items()}, sequence_length=length, shared=shared)
+
+
+def advance_hidden_states(
+    groups: list,
+    next_hidden: dict[int, dict],
+    *,
+    observations: dict,
+    terminated: dict,
+    truncated: dict,
+    infos: dict,
+    record_step: int | None,
+    device: Any,
+) -> None:
+    """Move the hidden states of the groups in ``next_hidden`` (``{group index: the models' new hidden states}``,
+    emptied here) on to them, zeroed for agents whose episode ended (terminated or truncated) or that were masked at
+    the step; with ``record_step``, store in the group's rollout at that step where that happened."""
+    for index, new in list(next_hidden.items()):
+        group = groups[index]
+        num_envs = next(iter(group.recurrent.current.values()))[0].shape[1] // group.size
+        ended = group.stack(terminated).bool() | group.stack(truncated).bool()
+        alive = agent_mask(group, observations, infos.get(AGENT_MASK_KEY), num_envs, device)
+        reset = ended.view(group.size, num_envs, 1) | ~alive
+        if record_step is not None and group.rollout is not None:
+            group.rollout.write(record_step, **{RESET_KEY: reset})
+        group.recurrent.advance(new, reset.view(-1))
+    next_hidden.clear()

@@ -59,7 +59,8 @@ def check_group_terms(owner: str, **terms: torch.Tensor | None) -> None:
     if len(shape) != 3 or shape[-1] != 1:
         raise ValueError(f"{owner}: {next(iter(given))} has shape {tuple(shape)}, expected (G, B, 1)")
     for name, x in given.items():
-        check_shape(owner, name, x, shape)
+        if x.shape != shape:
+            raise ValueError(f"{owner}: {name} has shape {tuple(x.shape)}, expected {tuple(shape)}")
 
 
 def group_mean(x: torch.Tensor, mask: torch.Tensor | None, *, per_agent: bool = False) -> torch.Tensor:
@@ -68,9 +69,8 @@ def group_mean(x: torch.Tensor, mask: torch.Tensor | None, *, per_agent: bool = 
     :param x: Terms, shape ``(G, B, 1)``.
     :param mask: Boolean rows to keep, shape ``(G, B, 1)``, or None for all.
     :param per_agent: Sum of each agent's own masked mean instead of the masked mean over all rows.
-    :return: A scalar.
+    :return: A scalar (the shapes are the caller's to check: :func:`check_group_terms`).
     """
-    check_group_terms("group_mean", x=x, mask=mask)
     return masked_mean(x, mask, dim=(1, 2)).sum() if per_agent else masked_mean(x, mask)
 
 
@@ -230,21 +230,20 @@ def ppo_loss(
         and detached per-agent ``(G,)`` ``objective``, ``critic``, ``entropy``, ``kl`` (the ``(r - 1) - log r``
         estimator) and ``clip_fraction``.
     """
+    inputs = {"log_prob": log_prob, "old_log_prob": old_log_prob, "advantages": advantages, "values": values}
+    check_group_terms("ppo_loss", **inputs, old_values=old_values, returns=returns, entropy=entropy, mask=mask)
     surrogate = clipped_surrogate_loss(
         log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, ratio_clip=ratio_clip
     )
-    critic = (
-        value_loss(
+    critic = torch.zeros_like(surrogate)
+    if values is not None:
+        critic = value_loss(
             predicted_values=values,
             old_values=old_values,
             returns=returns,
             value_clip=value_clip,
             huber_delta=huber_delta,
         )
-        if values is not None
-        else torch.zeros_like(surrogate)
-    )
-
     terms = {
         "loss_objective": group_mean(surrogate, mask, per_agent=per_agent),
         "loss_critic": value_loss_scale * group_mean(critic, mask, per_agent=per_agent),

@@ -26,10 +26,10 @@ from skrl.models.torch import Model
 from skrl_marl_ext.checkpoints import OptimizerCheckpoint
 from skrl_marl_ext.config import MarlCfg
 from skrl_marl_ext.groups.forming import PASS_ACTIVATIONS, activation_width
-from skrl_marl_ext.groups.optim import AgentOptimizerView, clip_grad_norm_per_agent_
+from skrl_marl_ext.groups.optim import Adam, make_adam
 from skrl_marl_ext.groups.preprocessors import StackedPreprocessor
-from skrl_marl_ext.groups.stacked import StackedModel, act_answered, act_together
-from skrl_marl_ext.preprocessors import identity, update_statistics
+from skrl_marl_ext.groups.stacked import RNN_KEY, StackedModel, act_answered, agent_inputs, agent_outputs, mixin_rows
+from skrl_marl_ext.preprocessors import identity, make_preprocessor, update_statistics
 
 
 @dataclasses.dataclass(eq=False)
@@ -89,13 +89,19 @@ class AgentGroup:
         statistics and gradient clip (``per_agent=`` of the losses); agents sharing a model have one."""
         return self.batched
 
-    def clip_grad_norm_(self, parameters: list[torch.Tensor], max_norm: float) -> None:
-        """Clip the gradients of ``parameters`` (:meth:`parameters`) to ``max_norm``: each agent's own norm for
-        models of their own, the norm of all of them for a shared model."""
-        if self.stacked:
-            clip_grad_norm_per_agent_(parameters, max_norm)
-        else:
-            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    def make_optimizer(self, param_groups: list[dict[str, Any]], **kwargs: Any) -> Adam:
+        """The group's :class:`~skrl_marl_ext.groups.optim.Adam` over ``param_groups``: of ``G`` agents, each its own
+        learning rates and step count, for models of their own; of one set of models otherwise."""
+        return make_adam(param_groups, agents=self.size if self.batched else 1, stacked=self.batched, **kwargs)
+
+    def make_preprocessor(self, cls: Any, kwargs: dict | None, *, size: Any, device: Any) -> Callable:
+        """A preprocessor of class ``cls`` (None: the identity) for the group: each agent's own, stacked, for models of
+        their own; one for all otherwise."""
+        if not cls:
+            return identity
+        if not self.batched:
+            return make_preprocessor(cls, kwargs, size=size, device=device)
+        return StackedPreprocessor([make_preprocessor(cls, kwargs, size=size, device=device) for _ in self.uids])
 
     def stack_models(self) -> None:
         """Stack a batched group's models (their parameters become views of the stack)."""
@@ -116,8 +122,8 @@ class AgentGroup:
         :return: ``(output, outputs)``, the output and every per-row tensor of ``outputs`` as ``(G, N, ...)``.
         """
         if self.stacked:
-            output, outputs = act_together([(self.stacked[role], inputs, role)], vmap=self.vmap)[0]
-        elif self.compiled_compute is not None:  # compiled
+            return self.act_many((role, inputs))[0]
+        if self.compiled_compute is not None:  # compiled
             output, outputs = self._act_compiled(role, inputs)
         else:
             output, outputs = self.models[role].act(_rows(inputs), role=role)
@@ -126,18 +132,47 @@ class AgentGroup:
     def act_many(
         self, *calls: tuple[str, dict[str, Any]], agents: slice = slice(None)
     ) -> list[tuple[torch.Tensor, dict[str, Any]]]:
-        """:meth:`act` for each ``(role, inputs)``, in order; a batched group runs the roles' networks in one
-        vmapped call (:func:`~skrl_marl_ext.groups.stacked.act_together`), the others call their models in turn.
+        """:meth:`act` for each ``(role, inputs)``, in order. A batched group runs every role's network in **one**
+        ``torch.vmap`` (its set-up paid once for a PPO step's policy and value, or twin critics): inside the map each
+        agent's rows run through the first agent's model with that agent's parameters swapped in
+        (:mod:`~skrl_marl_ext.groups.stacked`); the mixins' ``act`` (sampling, log-probabilities, the kept
+        distribution) then run once, outside the map, on the ``(G * n, ...)`` rows, in the order of ``calls`` (sampling
+        draws from the generator in that order, as separate calls would). Other groups call their models in turn.
 
-        :param agents: A batched group's agents to run (one of :meth:`agent_passes`), the inputs holding theirs only.
+        :param calls: ``(role, inputs)``, inputs as :meth:`act` takes them; a recurrent model's hidden states
+            ``inputs["rnn"]`` (skrl's RNN convention) ``(layers, G * n, H)`` each, as one model of all rows takes them.
+        :param agents: A batched group's agents to run (one of :meth:`agent_passes`), the inputs holding theirs only
+            (their parameters a view of the stack, so gradients reach it).
         """
-        if self.stacked:
-            results = act_together([(self.stacked[r], x, r) for r, x in calls], agents=agents, vmap=self.vmap)
-        elif self.compiled_compute is not None:  # compiled
-            results = [self._act_compiled(role, inputs) for role, inputs in calls]
-        else:
-            results = [self.models[role].act(_rows(inputs), role=role) for role, inputs in calls]
-        return [_per_agent(len(range(self.size)[agents]), output, outputs) for output, outputs in results]
+        G = len(range(self.size)[agents])
+        if self.compiled_compute is not None and not self.stacked:  # compiled
+            return [_per_agent(G, *self._act_compiled(role, inputs)) for role, inputs in calls]
+        if not self.stacked:
+            return [_per_agent(G, *self.models[role].act(_rows(inputs), role=role)) for role, inputs in calls]
+        models = [self.stacked[role] for role, _ in calls]
+        # all agents: the stacked tensors as they are, no slicing op per tensor and call
+        states = [{k: t[agents] if agents.stop else t for k, t in (m.params | m.buffers).items()} for m in models]
+        mapped = [agent_inputs(inputs, G) for _, inputs in calls]
+
+        def compute(states, rows):  # one agent's networks, inside the map
+            results = []
+            for model, (role, _), state, batch, (_, static) in zip(models, calls, states, rows, mapped, strict=True):
+                with model.swapped(state):
+                    results.append(agent_outputs(*model.base.compute({**static, **batch}, role)))
+            return results
+
+        results = []
+        per_agent = (self.vmap or torch.vmap)(compute)(states, [agent_rows for agent_rows, _ in mapped])
+        for model, (role, inputs), (output, outputs) in zip(models, calls, per_agent, strict=True):
+            # the mixin's act through the first agent's model, its compute answered by the map's (G, n, ...) result
+            hidden = outputs.pop(RNN_KEY, None)
+            outputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in outputs.items()}
+            if hidden is not None:  # recurrent: (G, layers, n, H) -> (layers, G * n, H)
+                outputs[RNN_KEY] = [h.transpose(0, 1).reshape(h.shape[1], -1, h.shape[-1]) for h in hidden]
+            rows = {k: mixin_rows(v) for k, v in inputs.items()}
+            answered = act_answered(model.base, rows, role, output.reshape(-1, *output.shape[2:]), outputs)
+            results.append(_per_agent(G, *answered))
+        return results
 
     def agent_passes(self, at_once: int | str, rows: int) -> list[slice]:
         """The agents of a batched group in passes of at most ``at_once`` (``"auto"``: as many as keep a pass's
@@ -218,17 +253,17 @@ class AgentGroup:
 
     def checkpoint_entries(self, modules: dict[str, Any]) -> dict[str, Any]:
         """``modules`` (name -> module) as the group's agents save them: a batched group's models are each agent's
-        own, its optimisers (or their :class:`~skrl_marl_ext.checkpoints.OptimizerCheckpoint`) each agent's part, its
-        stacked preprocessors each agent's own; lists hold one entry per agent, in ``uids`` order."""
+        own, its optimisers each agent's part (:meth:`~skrl_marl_ext.groups.optim.Adam.views`, in skrl's layout where
+        it can be), its stacked preprocessors each agent's own; lists hold one entry per agent, in ``uids`` order (one
+        entry: the same for every agent)."""
         entries = dict(modules)
         if self.batched:
             entries.update(self.agent_models)
         for name, module in entries.items():
             if isinstance(module, StackedPreprocessor):
                 entries[name] = module.modules
-            elif self.batched and isinstance(module, (torch.optim.Optimizer, OptimizerCheckpoint)):
-                optimizer = getattr(module, "optimizer", module)
-                entries[name] = [AgentOptimizerView(optimizer, i) for i in range(self.size)]
+            elif isinstance(module, Adam):
+                entries[name] = [OptimizerCheckpoint(v) if v is module else v for v in module.views()]
         return entries
 
     def stack(self, tensors: dict[str, torch.Tensor] | None, out: torch.Tensor | None = None) -> torch.Tensor | None:

@@ -19,42 +19,47 @@ from typing import Any
 
 import torch
 from packaging import version
-from torch import nn
+from skrl.resources.schedulers.torch import KLAdaptiveLR
 from torch.optim import optimizer as torch_optimizer
 from torch.optim.adam import adam as adam_step
 
+from skrl_marl_ext import distributed
 from skrl_marl_ext.checkpoints import fit_optimizer_state, optimizer_file_state
 
-ADAM_SETTINGS = ("lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
-"""The hyperparameters of an Adam parameter group that say what its step computes (each agent's own in :class:`Adam`)."""
+ADAM_SETTINGS = ("betas", "eps", "weight_decay", "amsgrad", "maximize", "decoupled_weight_decay")
+"""The hyperparameters of an Adam parameter group besides the learning rate that say what its step computes."""
 
 
 class Adam(torch.optim.Adam):
-    """torch's Adam over stacked ``(G, ...)`` parameters. With ``agents`` (a batched group's optimiser) it is ``G``
-    Adams in one, each agent keeping the optimiser it would have on its own: its own hyperparameters per parameter
-    group (:attr:`agent_param_groups`: its learning rate, which a scheduler adapts through :class:`AgentOptimizerView`),
-    its own step count, and ``step(agents=...)`` leaves agents out, their parameters and state as they are (PPO's KL
-    early stop of one agent). Without, it is torch's Adam, its ``param_groups`` the hyperparameters.
+    """torch's Adam as the optimiser of a group's ``agents`` (``K``): ``G`` agents with models of their own, whose
+    parameters are stacked ``(G, ...)`` (``stacked``), or one set of models (agents that share them, or one agent).
 
-    When every agent steps, with the same hyperparameters and step counts, one step of torch's kernel updates the
-    stacked tensors (``state["step"]`` holds the one count, as torch's Adam does); otherwise each set of agents alike
-    steps its slices through the same kernel, and ``state["step"]`` holds each agent's count ``(G,)`` from then on.
-    A parameter stored transposed (a batched group's linear weights: ``(G, out, in)`` held as ``(G, in, out)``, see
-    :class:`StackedModules`) is stepped through its contiguous transpose, with its gradient and moments: the same
-    elementwise update, which torch's fused CPU kernel runs faster on contiguous tensors. Checkpoints hold each agent's
-    part in torch's layout (:class:`AgentOptimizerView`).
+    Each agent keeps the optimiser it would have on its own: its parameter groups (:attr:`agent_param_groups`, whose
+    learning rates a scheduler adapts through the agent's view, :meth:`views`), its step count, and ``step(agents=...)``
+    leaves agents out, their parameters and state as they are (PPO's KL early stop of one agent). One set of models
+    steps as torch's Adam does, its ``param_groups`` its one agent's.
 
-    :param agents: ``G``, the size of the parameters' first dimension, or None.
+    Stacked, every agent stepping with one learning rate and one step count takes one step of torch's kernel on the
+    stacked tensors (``state["step"]`` holds the one count, as torch's Adam does; a parameter stored transposed, a
+    batched group's linear weight, is stepped through its contiguous transpose, which torch's fused CPU kernel runs
+    faster). Otherwise one vectorised step serves all agents: the learning rates and step counts as ``(K,)`` tensors
+    and a mask of the agents that step, the same ``torch._foreach_*`` ops whatever ``K``; ``state["step"]`` then holds
+    each agent's count ``(K,)``. The other hyperparameters (:data:`ADAM_SETTINGS`) are the group's.
     """
 
-    def __init__(self, params: Any, *, agents: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, params: Any, *, agents: int = 1, stacked: bool = False, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
-        self.agents = agents
-        self.agent_param_groups: list[list[dict[str, Any]]] | None = None
-        """With ``agents``, each agent's parameter groups: torch's ``param_groups`` as its own optimiser would have
-        them (its hyperparameters; ``params`` are the stacked tensors)."""
-        if agents is not None:
-            self.agent_param_groups = [[dict(group) for group in self.param_groups] for _ in range(agents)]
+        self.agents, self.stacked = agents, stacked
+        self.agent_param_groups = [[dict(g) for g in self.param_groups] for _ in range(agents)]
+        """Each agent's parameter groups: torch's ``param_groups`` as its own optimiser would have them (one set of
+        models: ``param_groups`` itself)."""
+        if not stacked:
+            self.agent_param_groups = [self.param_groups]
+
+    def views(self) -> list[torch.optim.Optimizer]:
+        """Each agent's optimiser, for its LR scheduler and checkpoint: a view of its part (:class:`AgentOptimizerView`),
+        or this optimiser for one set of models."""
+        return [AgentOptimizerView(self, i) for i in range(self.agents)] if self.stacked else [self]
 
     def agent_steps(self) -> list[int]:
         """The steps each agent has taken (one host read)."""
@@ -63,6 +68,10 @@ class Adam(torch.optim.Adam):
                 if "step" in self.state.get(param, {}):
                     return [int(step) for step in self.state[param]["step"].expand(self.agents).tolist()]
         return [0] * self.agents
+
+    def learning_rates(self) -> torch.Tensor:
+        """Each agent's learning rate of its first parameter group, ``(K,)``."""
+        return torch.tensor([groups[0]["lr"] for groups in self.agent_param_groups], dtype=torch.float64)
 
     def init_state(self, param: torch.Tensor, group: dict[str, Any]) -> dict[str, Any]:
         """``param``'s state, made as torch's Adam makes it at the first step (zero moments, one step count 0)."""
@@ -77,54 +86,105 @@ class Adam(torch.optim.Adam):
 
     @torch.no_grad()
     def step(self, closure: Any = None, *, agents: Sequence[bool] | None = None) -> Any:
-        """One Adam step of every agent, or of the agents where ``agents`` (``G`` flags) is True."""
+        """One Adam step of every agent, or of the agents where ``agents`` (``K`` flags) is True."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         self._opt_called = True  # what torch's LR schedulers check (through each agent's view)
-        owners = self.agent_param_groups or [self.param_groups]  # each agent's groups; without agents, one for all
-        stepping = [i for i in range(len(owners)) if agents is None or agents[i]]
         for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
-            states = [self.init_state(p, group) for p in params]
-            settings = [tuple(groups[index][k] for k in ADAM_SETTINGS) for groups in owners]
-            if len(stepping) == len(owners) and len(set(settings)) == 1 and all(s["step"].dim() == 0 for s in states):
-                self._adam(group, settings[0], params, states, [slice(None)])  # torch's step, on the stacked tensors
+            if not params:
                 continue
-            for state in states:  # each agent's count from now on
-                state["step"] = state["step"].expand(self.agents).clone() if state["step"].dim() == 0 else state["step"]
-            for setting in dict.fromkeys(settings[i] for i in stepping):  # each set of agents alike
-                self._adam(group, setting, params, states, [i for i in stepping if settings[i] == setting])
+            states = [self.init_state(p, group) for p in params]
+            own = [groups[index] for groups in self.agent_param_groups]
+            if any(tuple(g[k] for k in ADAM_SETTINGS) != tuple(group[k] for k in ADAM_SETTINGS) for g in own):
+                raise ValueError(
+                    "Adam: the agents' parameter groups differ in a setting other than the learning rate "
+                    f"({', '.join(ADAM_SETTINGS)}); a group's agents share them, each with its own learning rate"
+                )
+            rates = [g["lr"] for g in own]
+            if agents is None and len(set(rates)) == 1 and states[0]["step"].dim() == 0:
+                self._fused_step(group, rates[0], params, states)
+            else:
+                self._per_agent_step(group, rates, params, states, agents)
         return loss
 
-    def _adam(self, group: dict, setting: tuple, params: list, states: list, rows: list) -> None:
-        """torch's Adam step (``torch.optim.adam.adam``, its functional form) with ``setting`` on the ``rows`` of every
-        parameter of ``group``: agent slices, or ``[slice(None)]`` for the stacked tensors."""
+    def _fused_step(self, group: dict, lr: float, params: list, states: list) -> None:
+        """torch's Adam step (``torch.optim.adam.adam``, its functional form) of every agent at one learning rate."""
         tensors: list[list[torch.Tensor]] = [[], [], [], [], [], []]  # params, grads, moments, max moments, steps
         for param, state in zip(params, states, strict=True):
             own = (param, param.grad, state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq"))
-            for row in rows:
-                flip = param[row].dim() >= 2 and not param[row].is_contiguous()  # stored transposed: its contiguous .mT
-                for out, tensor in zip(tensors, own, strict=False):
-                    if tensor is not None:
-                        out.append(tensor[row].mT if flip else tensor[row])
-                tensors[5].append(state["step"][row] if state["step"].dim() else state["step"])
-        hyper = dict(zip(ADAM_SETTINGS, setting, strict=True))
+            flip = param.dim() >= 2 and not param.is_contiguous()  # stored transposed: its contiguous .mT
+            for out, tensor in zip(tensors, own, strict=False):
+                if tensor is not None:
+                    out.append(tensor.mT if flip else tensor)
+            tensors[5].append(state["step"])
+        hyper = {k: group[k] for k in ADAM_SETTINGS}
         beta1, beta2 = hyper.pop("betas")
         flags = {flag: group[flag] for flag in ("foreach", "capturable", "differentiable", "fused")}
         scaler = {"grad_scale": getattr(self, "grad_scale", None), "found_inf": getattr(self, "found_inf", None)}
-        adam_step(*tensors, beta1=beta1, beta2=beta2, **hyper, **flags, **scaler)  # scaler: set by a GradScaler
+        adam_step(*tensors, lr=lr, beta1=beta1, beta2=beta2, **hyper, **flags, **scaler)  # scaler: set by a GradScaler
+
+    def _per_agent_step(
+        self, group: dict, rates: list[float], params: list, states: list, agents: Sequence[bool] | None
+    ) -> None:
+        """Adam's update written out with each agent's learning rate and step count as ``(K,)`` tensors and a mask of
+        the agents that step: an agent left out keeps its parameters, moments and count."""
+        if getattr(self, "found_inf", None) is not None and bool(self.found_inf):  # the grad scaler's skipped step
+            return
+        device, K, dtype = params[0].device, self.agents, params[0].dtype
+        (beta1, beta2), eps, weight_decay = group["betas"], group["eps"], group["weight_decay"]
+        live = (
+            torch.ones(K, device=device) if agents is None else torch.tensor(agents, dtype=torch.float32, device=device)
+        )
+        for state in states:  # each agent's count from now on
+            if state["step"].dim() == 0:
+                state["step"] = state["step"].expand(K).clone()
+        steps = [state["step"] for state in states]
+        torch._foreach_add_(steps, [live.to(steps[0].device)] * len(steps))
+        # the per-agent scalars in float64, as torch's kernels take them (1 - beta2**t loses digits in float32); the
+        # step size folded into the denominator: p -= m / ((sqrt(v) / sqrt(1 - beta2**t) + eps) * (1 - beta1**t) / lr),
+        # infinite (no step) for the agents left out
+        lr, count = torch.tensor(rates, dtype=torch.float64, device=device), steps[0].to(device, torch.float64)
+        size, root = lr / (1 - beta1**count), (1 - beta2**count).sqrt()
+        scale = torch.where(live > 0, 1 / (root * size), 0.0).to(dtype)
+        shift = torch.where(live > 0, eps / size, torch.inf).to(dtype)
+        live = live.to(dtype)
+
+        def per_agent(x: torch.Tensor) -> list[torch.Tensor]:  # (K,) as (K, 1, ...) against each parameter
+            return [x.view(K, *[1] * (p.dim() - 1)) for p in params]
+
+        grads = [p.grad for p in params]
+        if getattr(self, "grad_scale", None) is not None:  # scaled gradients the grad scaler did not unscale
+            grads = torch._foreach_div(grads, self.grad_scale)
+        if group["maximize"]:
+            grads = torch._foreach_neg(grads)
+        if weight_decay and group["decoupled_weight_decay"]:
+            torch._foreach_mul_(params, per_agent((1 - lr * weight_decay * live).to(dtype)))
+        elif weight_decay:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+        exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+        torch._foreach_lerp_(exp_avgs, grads, per_agent((1 - beta1) * live))
+        torch._foreach_lerp_(exp_avg_sqs, torch._foreach_mul(grads, grads), per_agent((1 - beta2) * live))
+        if group["amsgrad"]:
+            exp_avg_sqs = [s["max_exp_avg_sq"] for s in states]
+            torch._foreach_maximum_(exp_avg_sqs, [s["exp_avg_sq"] for s in states])
+        denominator = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_mul_(denominator, per_agent(scale))
+        torch._foreach_add_(denominator, per_agent(shift))
+        torch._foreach_addcdiv_(params, exp_avgs, denominator, value=-1.0)
 
 
-def make_adam(params: list, *, agents: int | None = None, **kwargs: Any) -> torch.optim.Adam:
-    """``torch.optim.Adam(params, **kwargs)``: for a batched group's stacked parameters (``agents``: ``G``) or
-    parameters stored transposed, as :class:`Adam`; fused where torch has the fused kernel for every parameter's
-    device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``) otherwise.
+def make_adam(params: list, *, agents: int = 1, stacked: bool = False, **kwargs: Any) -> Adam:
+    """:class:`Adam` over ``params`` for ``agents`` (``stacked``: the parameters' first dimension), fused where torch
+    has the fused kernel for every parameter's device (CPU since torch 2.4, CUDA), multi-tensor (``foreach``)
+    otherwise.
 
     The same update as skrl's ``torch.optim.Adam(params, lr=...)`` up to float rounding, in fewer passes over memory:
     the fused kernel reads and writes each parameter, gradient and moment once per step, where ``foreach`` runs
-    several elementwise ops, each over every tensor. A ``GradScaler`` hands it the scale and the inf check (``_step_supports_amp_scaling``).
+    several elementwise ops, each over every tensor. A ``GradScaler`` hands it the scale and the inf check
+    (``_step_supports_amp_scaling``).
     """
     tensors = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
     supported = getattr(torch_optimizer, "_get_fused_kernels_supported_devices", list)()
@@ -132,11 +192,7 @@ def make_adam(params: list, *, agents: int | None = None, **kwargs: Any) -> torc
         supported = [d for d in supported if d != "cpu"]  # pragma: no cover - old torch: no CPU kernel
     fused = all(p.device.type in supported and p.dtype.is_floating_point for p in tensors)
     flags = {"fused": True} if fused else {"foreach": True}
-    # our Adam for a batched group, or where a parameter is stored transposed (a batched group's linear weights)
-    transposed = any(not nn.parameter.is_lazy(p) and p.dim() >= 2 and not p.is_contiguous() for p in tensors)
-    if agents is None and not transposed:
-        return torch.optim.Adam(params, **kwargs, **flags)
-    return Adam(params, agents=agents, **kwargs, **flags)
+    return Adam(params, agents=agents, stacked=stacked, **kwargs, **flags)
 
 
 NORMS_PER_TENSOR_ON = frozenset({"cpu"})
@@ -174,6 +230,86 @@ def clip_grad_norm_per_agent_(
     # one multi-tensor multiply, as torch's clip_grad_norm_ does it (foreach), not one kernel per parameter
     torch._foreach_mul_(grads, [coef.view(G, *([1] * (g.dim() - 1))).to(g.dtype) for g in grads])
     return total
+
+
+def scaled_step(
+    scaler: Any, optimizer: Adam, *, clip_sets: list[list[torch.Tensor]], max_norm: float, agents: Any = None
+) -> None:
+    """The optimiser step after a scaled backward: the gradients averaged over the ranks of a distributed run,
+    unscaled and clipped to global norm ``max_norm`` when it is above 0 (each list of ``clip_sets`` apart; stacked
+    parameters each agent's own norm, as ``G`` optimisers would clip), then the grad scaler's step (``agents``: the
+    flags of the agents that step, None: all). The caller runs ``scaler.update()`` once its iteration is complete."""
+    distributed.all_reduce_gradients_([p for parameters in clip_sets for p in parameters])
+    if max_norm > 0:
+        scaler.unscale_(optimizer)
+        clip = clip_grad_norm_per_agent_ if optimizer.stacked else torch.nn.utils.clip_grad_norm_
+        for parameters in clip_sets:
+            clip(parameters, max_norm)
+    scaler.step(optimizer, **({} if agents is None else {"agents": agents}))
+
+
+class UpdateSteps:
+    """The optimiser steps of one PPO update of a group, agent by agent (the ``K`` agents of its :class:`Adam`).
+
+    Within an epoch, an agent whose mini-batch KL passes ``kl_threshold`` steps no more (as skrl breaks its
+    mini-batch loop there; the next epoch tries again). At the end of each epoch each agent's scheduler steps,
+    a ``KLAdaptiveLR`` with the agent's mean KL over the epoch's mini-batches (the one that stopped it included, as
+    skrl's); with mixed precision, not for an agent all of whose steps of the epoch the grad scaler skipped (inf/NaN
+    gradients: no training). :attr:`taken` counts the steps each agent took, for the per-agent means the update tracks.
+    """
+
+    def __init__(self, optimizer: Adam, schedulers: list, *, kl_threshold: float, scaler: Any) -> None:
+        self.optimizer, self.schedulers, self.kl_threshold, self.scaler = optimizer, schedulers, kl_threshold, scaler
+        self.taken = torch.zeros(optimizer.agents, device=optimizer.param_groups[0]["params"][0].device)
+        """The steps each agent took in the update, ``(K,)``."""
+        self.count = 0
+        """Optimiser steps of the update (mini-batches stepped)."""
+        self.kl = None
+        """With a ``KLAdaptiveLR``: the epoch's KL sum and count of each agent still stepping, ``(2, K)``."""
+
+    def start_epoch(self) -> None:
+        self.stepping, self.live = [True] * self.optimizer.agents, torch.ones_like(self.taken)
+        """The agents still stepping in the epoch, as flags and as weights ``(K,)``."""
+        if any(isinstance(scheduler, KLAdaptiveLR) for scheduler in self.schedulers):
+            self.kl = torch.zeros(2, len(self.live), device=self.live.device)
+        if self.scaler.is_enabled() and self.schedulers:  # mixed precision: one host read, to tell skipped steps
+            self.before = (self.optimizer.agent_steps(), self.taken.tolist())
+
+    def keep_stepping(self, kl: torch.Tensor) -> bool:
+        """Note a mini-batch's KL ``(K,)`` before its step; with ``kl_threshold``, leave out of the epoch the agents
+        whose rank-mean KL passes it (one host read). False when no agent steps any more."""
+        if self.kl is not None:
+            self.kl.add_(torch.stack([kl * self.live, self.live]))
+        if self.kl_threshold:
+            over = (distributed.all_reduce_mean_(kl.clone()) > self.kl_threshold).tolist()
+            if any(s and o for s, o in zip(self.stepping, over, strict=True)):
+                self.stepping = [s and not o for s, o in zip(self.stepping, over, strict=True)]
+                if not any(self.stepping):
+                    return False
+                self.live = torch.tensor(self.stepping, dtype=torch.float32, device=self.live.device)
+        return True
+
+    def step(self, *, clip_sets: list[list[torch.Tensor]], max_norm: float) -> None:
+        """The step of the agents still stepping (:func:`scaled_step`), counted."""
+        agents = None if all(self.stepping) else self.stepping
+        scaled_step(self.scaler, self.optimizer, clip_sets=clip_sets, max_norm=max_norm, agents=agents)
+        self.scaler.update()
+        self.taken += self.live
+        self.count += 1
+
+    def end_epoch(self) -> None:
+        """Each agent's scheduler steps once (see the class docstring)."""
+        if not self.schedulers:
+            return
+        counted = [True] * self.optimizer.agents
+        if self.scaler.is_enabled():  # an agent all of whose tries the grad scaler skipped did not train
+            (steps, taken), now = self.before, self.optimizer.agent_steps()
+            tried = [a - b for a, b in zip(self.taken.tolist(), taken, strict=True)]
+            counted = [n == 0 or a > b for n, a, b in zip(tried, now, steps, strict=True)]
+        kl = distributed.all_reduce_mean_(self.kl[0] / self.kl[1]).tolist() if self.kl is not None else None
+        for k, scheduler in enumerate(self.schedulers):
+            if counted[k]:
+                scheduler.step(kl[k]) if isinstance(scheduler, KLAdaptiveLR) else scheduler.step()
 
 
 class AgentOptimizerView(torch.optim.Optimizer):
@@ -233,7 +369,7 @@ class AgentOptimizerView(torch.optim.Optimizer):
             for group, saved in zip(optimizer.param_groups, groups, strict=True)
             for key, param in zip(saved["params"], group["params"], strict=True)
         }
-        counts = getattr(optimizer, "agent_param_groups", None) is not None  # each agent's own step count
+        counts = getattr(optimizer, "stacked", False)  # each agent's own step count
         on_device = {
             id(p) for g in optimizer.param_groups if g.get("fused") or g.get("capturable") for p in g["params"]
         }
@@ -265,4 +401,4 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     return permuted.reshape(tensor.shape[0], -1)
 
 
-__all__ = ["Adam", "AgentOptimizerView", "clip_grad_norm_per_agent_", "make_adam"]
+__all__ = ["Adam", "AgentOptimizerView", "UpdateSteps", "clip_grad_norm_per_agent_", "make_adam", "scaled_step"]

@@ -5,7 +5,7 @@ model role is one :class:`StackedModel`, whose parameters are the ``G`` agents' 
 leaf tensors, and one call of it runs all ``G`` agents (``torch.vmap`` of the first model's ``compute`` with one
 agent's parameters swapped in, as ``torch.func.functional_call`` does). The number of tensor operations per call, and
 so the kernel launches on a GPU, does not grow with ``G``. Roles that a step calls together (a PPO step's policy and
-value, MADDPG's twin critics) run in one map (:func:`act_together`). Recurrent models batch too, their hidden states
+value, MADDPG's twin critics) run in one map (:meth:`~skrl_marl_ext.groups.AgentGroup.act_many`). Recurrent models batch too, their hidden states
 ``(layers, G * n, H)`` mapped agent by agent, where they run under vmap at all (a dry run tells:
 :func:`batching_failure`).
 
@@ -17,7 +17,9 @@ How a call runs: only the models' ``compute`` (the network) is vmapped, agent by
 ``act`` (sampling, clipping, log-probabilities, the distribution kept on the module for ``get_entropy`` and
 ``distribution``) then runs once, outside the vmap, on the ``(G * n, ...)`` outputs through the first agent's model.
 Random sampling thus stays ordinary torch sampling (``vmap`` cannot sample in place per agent), and every mixin works
-unchanged.
+unchanged. :meth:`~skrl_marl_ext.groups.AgentGroup.act_many` runs such a call with the pieces here:
+:func:`agent_inputs`, :func:`agent_outputs`, :meth:`StackedModules.swapped` inside the map, :func:`act_answered`
+after it.
 
 What this module does beyond torch's public API (with :mod:`~skrl_marl_ext.groups.optim`, the package's only such
 code): it rebinds the ``.data`` of the models' parameters to slices of the stack, swaps ``_parameters`` / ``_buffers``
@@ -28,7 +30,7 @@ entries for one call (:meth:`StackedModules.swapped`), answers a model's ``compu
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -153,54 +155,6 @@ class StackedModel(StackedModules):
         self.base = self.modules[0]
 
 
-def act_together(
-    calls: Sequence[tuple[StackedModel, dict[str, Any], str]],
-    *,
-    agents: slice = slice(None),
-    vmap: Callable | None = None,
-) -> list[tuple[torch.Tensor, dict[str, Any]]]:
-    """``model.act(inputs, role=role)`` of each ``(model, inputs, role)``, the models being stacked over the same
-    ``G`` agents (one group's roles), with every network in **one** ``torch.vmap``: the map's set-up is paid once for
-    e.g. the policy and the value of a PPO step, or twin critics.
-
-    Inside the map, each agent's rows ``(G, n, ...)`` run through the first model's ``compute`` with that agent's
-    parameters. The mixins' ``act`` (sampling, log-probabilities, the kept distribution) then run once, outside the
-    map, on the ``(G * n, ...)`` outputs through the first agent's model, in the order of ``calls`` (sampling draws
-    from the generator in that order, as separate calls would).
-
-    :param calls: ``(model, inputs, role)``, every tensor of ``inputs`` ``(G, n, ...)``; a recurrent model's hidden
-        states ``inputs["rnn"]`` (skrl's RNN convention) ``(layers, G * n, H)`` each, as one model of all rows takes them.
-    :param agents: Only these agents of the stack (their parameters a view of it, so gradients reach it), ``G`` being
-        their number in ``inputs`` and the results.
-    :param vmap: What maps the networks over the agents: ``torch.vmap`` (None), or its compiled form with
-        ``cfg.compile`` (:func:`skrl_marl_ext.features.compiled.compiled_vmap`).
-    :return: ``(output, outputs)`` of each call, in order, as skrl's ``Model.act`` returns them (rows ``(G * n, ...)``;
-        hidden states ``outputs["rnn"]`` ``(layers, G * n, H)``).
-    """
-    # all agents: the stacked tensors as they are, no slicing op per tensor and call
-    states = [{k: t[agents] if agents.stop else t for k, t in (m.params | m.buffers).items()} for m, _, _ in calls]
-    mapped = [_agent_inputs(inputs, len(range(model.size)[agents])) for model, inputs, _ in calls]
-
-    def compute(states, rows):  # one agent's networks, inside the map
-        results = []
-        for (model, _, role), state, batch, (_, static) in zip(calls, states, rows, mapped, strict=True):
-            with model.swapped(state):
-                results.append(_agent_outputs(*model.base.compute({**static, **batch}, role)))
-        return results
-
-    results = []
-    per_agent = (vmap or torch.vmap)(compute)(states, [agent_inputs for agent_inputs, _ in mapped])
-    for (model, inputs, role), (output, outputs) in zip(calls, per_agent, strict=True):
-        # the mixin's act through the first agent's model, its compute answered by the map's (G, n, ...) result
-        output = output.reshape(-1, *output.shape[2:])
-        hidden = outputs.pop(RNN_KEY, None)
-        outputs = {k: v.reshape(-1, *v.shape[2:]) for k, v in outputs.items()}
-        if hidden is not None:  # recurrent: (G, layers, n, H) -> (layers, G * n, H)
-            outputs[RNN_KEY] = [h.transpose(0, 1).reshape(h.shape[1], -1, h.shape[-1]) for h in hidden]
-        results.append(act_answered(model.base, {k: _rows(v) for k, v in inputs.items()}, role, output, outputs))
-    return results
-
-
 def act_answered(
     model: Model, inputs: dict[str, Any], role: str, output: torch.Tensor, outputs: dict[str, Any]
 ) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -223,7 +177,7 @@ RNN_KEY = "rnn"
 and outputs."""
 
 
-def _agent_inputs(inputs: dict[str, Any], size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def agent_inputs(inputs: dict[str, Any], size: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(mapped, static)``: the inputs the map takes agent by agent, every tensor ``(G, n, ...)`` and the hidden states
     ``(layers, G * n, H)`` as ``(G, layers, n, H)``, and the other values, the same for every agent (the mapped
     hidden states take the place of ``static["rnn"]`` in the model's inputs)."""
@@ -235,7 +189,7 @@ def _agent_inputs(inputs: dict[str, Any], size: int) -> tuple[dict[str, Any], di
     return mapped, static
 
 
-def _agent_outputs(output: torch.Tensor, outputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+def agent_outputs(output: torch.Tensor, outputs: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
     """One agent's ``compute`` result as the map gives it back: its tensors, those that do not depend on the rows (e.g.
     a log-std parameter) broadcast to them, so that every output stacks agent by agent into ``(G * n, ...)`` rows; a
     recurrent model's hidden states."""
@@ -249,7 +203,7 @@ def _agent_outputs(output: torch.Tensor, outputs: dict[str, Any]) -> tuple[torch
     return output, tensors
 
 
-def _rows(value: Any) -> Any:
+def mixin_rows(value: Any) -> Any:
     """A ``(G, n, ...)`` input as the mixins' rows ``(G * n, ...)`` where that is a view; an expanded one (a state
     shared by the agents, which the mixins do not read) as it is, not copied."""
     if not torch.is_tensor(value) or value.stride(0) == 0:
@@ -259,7 +213,7 @@ def _rows(value: Any) -> Any:
 
 def batching_failure(model: nn.Module, role: str, runs: Sequence[tuple[bool, dict[str, Any]]]) -> str | None:
     """Why agents with models like ``model`` cannot run as one batch (the error of a dry run), or None when they can:
-    ``model.compute`` on each ``(training, inputs)`` of ``runs`` (inputs as :func:`act_together` takes them, for two
+    ``model.compute`` on each ``(training, inputs)`` of ``runs`` (inputs as :meth:`~skrl_marl_ext.groups.AgentGroup.act_many` takes them, for two
     agents) under ``torch.vmap`` over two copies of its parameters and buffers, as a batched group runs it. E.g. a
     skrl-style recurrent model that calls ``nn.GRU`` (no batching rule) or branches on its inputs (``if
     terminated.any()``) cannot.
@@ -273,13 +227,13 @@ def batching_failure(model: nn.Module, role: str, runs: Sequence[tuple[bool, dic
 
     def compute(state, rows, static):
         with _swapped(slots, state):
-            return _agent_outputs(*model.compute({**static, **rows}, role))
+            return agent_outputs(*model.compute({**static, **rows}, role))
 
     try:
         with torch.no_grad():
             for training, inputs in runs:
                 model.train(training)
-                mapped, static = _agent_inputs(inputs, 2)
+                mapped, static = agent_inputs(inputs, 2)
                 torch.vmap(compute, in_dims=(0, 0, None))(state, mapped, static)
     except Exception as error:  # whatever the model raised under vmap: the reason it does not batch
         return f"{type(error).__name__}: {error}".strip()
@@ -303,8 +257,10 @@ __all__ = [
     "StackedModel",
     "StackedModules",
     "act_answered",
-    "act_together",
+    "agent_inputs",
+    "agent_outputs",
     "batching_failure",
     "in_vmap",
+    "mixin_rows",
     "stack_signature",
 ]
