@@ -1,5 +1,6 @@
 """The training loop of ``skrl-marl train``: skrl's trainer loop, with the run's absolute step on the progress bar, a
-hook at each checkpoint (the run folder is brought up to date there), and a clean stop on Ctrl-C or SIGTERM.
+hook at each checkpoint (the run folder is brought up to date there), a clean stop on Ctrl-C or SIGTERM, and
+TensorBoard's failures (a full disk) as one line naming the folder.
 
 Each step is :func:`skrl_marl_ext.trainers.interact`, the body of skrl's ``SequentialTrainer`` loop for one
 multi-agent: the agent sees the calls, timesteps and env resets it would see under ``runner.run("train")``.
@@ -16,6 +17,8 @@ from typing import Any
 
 import torch
 import tqdm
+
+from skrl_marl_ext.checkpoints.files import WriteError
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM")
 """Signals that end a run cleanly: the step under way finishes, a checkpoint is written, the command exits with
@@ -54,6 +57,71 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for name, handler in previous.items():
             signal.signal(getattr(signal, name), handler)
+
+
+class _TensorBoardWriter:
+    """skrl's TensorBoard writer (``agent.writer``), its failures raised as one :class:`WriteError` naming the folder
+    and the ways out. Its events are written by a thread of TensorBoard's, whose failure the next call raises."""
+
+    def __init__(self, writer: Any, folder: str) -> None:
+        self.writer, self.folder = writer, folder
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return getattr(self.writer, method)(*args, **kwargs)
+        except OSError as e:
+            reason = e.strerror or " ".join(str(e).split()) or type(e).__name__
+            failure = WriteError(
+                f"cannot write TensorBoard's events into {self.folder}: {reason}; its checkpoints and run.json are "
+                f"intact: free space there and go on with 'skrl-marl train --resume {self.folder}', or train with "
+                "--out elsewhere, or without TensorBoard (agent.experiment.write_interval=0)"
+            )
+            failure.errno, failure.reason = e.errno, reason
+            raise failure from e
+
+    def add_scalar(self, *args: Any, **kwargs: Any) -> None:
+        self._call("add_scalar", *args, **kwargs)
+
+    def flush(self) -> None:
+        self._call("flush")
+
+    def close(self) -> None:
+        self._call("close")
+
+
+def _is_tensorboard_thread(thread: threading.Thread | None) -> bool:
+    return thread is not None and type(thread).__module__.startswith("tensorboard.")
+
+
+@contextlib.contextmanager
+def tensorboard_failures(agent: Any, folder: str) -> Iterator[None]:
+    """While training: a failed write of ``agent``'s TensorBoard events (a full disk) ends the run with one
+    :class:`WriteError` naming ``folder``, not with TensorBoard's writer thread printing its traceback; the events are
+    flushed at the end, so a failure after the last write is reported too. Nothing changes without a writer."""
+    writer = getattr(agent, "writer", None)
+    if writer is None:
+        yield
+        return
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if not _is_tensorboard_thread(args.thread):  # TensorBoard's own failure: the next call raises it here
+            previous(args)
+
+    threading.excepthook = hook
+    agent.writer = _TensorBoardWriter(writer, folder)
+    try:
+        yield
+        agent.writer.flush()
+    finally:
+        agent.writer = writer
+        for thread in threading.enumerate():  # a writer thread that failed: let it end before its hook goes
+            if _is_tensorboard_thread(thread) and getattr(thread, "exception", None) is not None:
+                thread.join(timeout=5.0)
+        threading.excepthook = previous
 
 
 def train_steps(
