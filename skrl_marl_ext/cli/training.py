@@ -104,6 +104,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         env = build_env(
             run["env"], num_envs=run["num_envs"], device=env_device, seed=plan.cfg["seed"], env_kwargs=run["env_kwargs"]
         )
+        held.enter_context(tensorboard_failures(plan.run_dir))  # from the writer's first event on
         runner = build_runner(env, plan.cfg)
         agent = runner.agent
         if plan.checkpoint is not None:
@@ -117,18 +118,15 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         record.started()
 
         start = time.perf_counter()
-        with tensorboard_failures(agent, plan.run_dir):
-            reached = train_steps(
-                agent,
-                env,
-                runner.trainer.cfg,
-                first=plan.done,
-                total=plan.total,
-                stop=stop,
-                on_checkpoint=lambda step: record.checkpointed(
-                    step, agent.last_checkpoint[1], time.perf_counter() - start
-                ),
-            )
+        reached = train_steps(
+            agent,
+            env,
+            runner.trainer.cfg,
+            first=plan.done,
+            total=plan.total,
+            stop=stop,
+            on_checkpoint=lambda step: record.checkpointed(step, agent.last_checkpoint[1], time.perf_counter() - start),
+        )
         seconds = time.perf_counter() - start
         if stop.signal is not None and reached < plan.total:  # a signal during the last step lets the run finish
             raise record.stopped(agent, reached, seconds, signal_name=stop.name, signal_number=stop.signal)
