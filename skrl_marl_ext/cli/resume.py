@@ -1,5 +1,5 @@
-"""``train --resume RUN_DIR``: where a run goes on from (its newest intact checkpoint, or the one ``--from`` names),
-for how long (its own steps, or ``--timesteps``) and with which config (its own)."""
+"""``train --resume RUN_DIR``: where a run goes on from (the checkpoint its ``run.json`` records, or the one ``--from``
+names), for how long (its own steps, or ``--timesteps``) and with which config (its own)."""
 
 from __future__ import annotations
 
