@@ -73,6 +73,70 @@ def test_eval_refuses_a_crafted_checkpoint_without_running_it(tmp_path, capsys):
     assert not marker.exists()
 
 
+# ---------------------------------------------------------------- a diverged run's checkpoint
+
+NAN_CFG = {"rollouts": 4, "mini_batches": 2, "learning_epochs": 1, "observation_preprocessor": RunningStandardScaler}
+
+
+def _poison(path, uid, name, value):
+    """Put ``value`` (NaN, inf) into the first tensor of module ``name`` of agent ``uid`` of checkpoint ``path`` (a
+    diverged run's checkpoint); return the tensor's key."""
+    modules = torch.load(str(path), weights_only=True)
+    state = modules[uid][name]
+    key, tensors = (next(iter(state["state"])), state["state"]) if "state" in state else (None, state)
+    tensors = tensors if key is None else tensors[key]
+    field = next(k for k, t in tensors.items() if torch.is_tensor(t) and t.is_floating_point() and t.numel() > 1)
+    tensors[field].view(-1)[1] = value
+    torch.save(modules, str(path))
+    return field
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("policy", float("nan")),
+        ("value", float("inf")),
+        ("optimizer", float("nan")),
+        ("observation_preprocessor", float("nan")),
+    ],
+)
+def test_load_refuses_non_finite_weights_naming_file_agent_and_module(name, value, tmp_path):
+    env = spread(num_envs=4, num_agents=2)
+    agent = drive(make_agent(env, cfg=NAN_CFG), env, 8)  # Adam has moments to poison
+    path = tmp_path / "diverged.pt"
+    agent.save(str(path))
+    field = _poison(path, "agent_1", name, value)
+    fresh = make_agent(env, cfg=NAN_CFG)
+    before = params(fresh.group_of["agent_0"].policy).clone()
+    with pytest.raises(ValueError) as error:
+        fresh.load(str(path))
+    message = str(error.value)
+    assert "\n" not in message and str(path) in message and "'agent_1'" in message and f"'{name}'" in message
+    assert field in message and ("NaN" if value != value else "inf") in message, message
+    assert torch.equal(params(fresh.group_of["agent_0"].policy), before)  # refused before anything loaded
+
+
+def test_eval_and_resume_refuse_a_diverged_checkpoint_naming_it(tmp_path, capsys):
+    out = tmp_path / "runs"
+    argv = ["train", "--env", "builtin:spread", "--num-envs", "4", "--timesteps", "20", "--out", str(out)]
+    assert cli.main([*argv, "--no-progress"]) == 0
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    checkpoint = run_dir / "checkpoints" / "final.pt"
+    _poison(checkpoint, "agent_2", "policy", float("nan"))
+    capsys.readouterr()
+    export = ["export", str(run_dir), "--out", str(tmp_path / "play.pt")]
+    for command in (
+        ["eval", "--checkpoint", str(run_dir)],
+        ["train", "--resume", str(run_dir), "--timesteps", "30"],
+        export,
+    ):
+        assert cli.main(command) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+        assert str(checkpoint) in err and "'agent_2'" in err and "'policy'" in err and "NaN" in err, err
+    assert not (tmp_path / "play.pt").exists()
+
+
 # ---------------------------------------------------------------- what save() writes still loads
 
 SCHEDULERS = [

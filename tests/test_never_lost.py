@@ -10,9 +10,11 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -20,7 +22,7 @@ from helpers import make_agent, make_models, one_thread, spread  # noqa: F401  (
 
 from skrl_marl_ext import cli
 from skrl_marl_ext.checkpoints import read_checkpoint
-from skrl_marl_ext.checkpoints.files import WriteError
+from skrl_marl_ext.checkpoints.files import WriteError, write_atomic
 
 SPREAD = ["--env", "builtin:spread", "--num-envs", "4", "--no-progress"]
 
@@ -317,3 +319,230 @@ def test_errors_during_a_run_are_one_line_and_debug_shows_the_traceback(tmp_path
         assert cli.main([*argv, "--debug"]) == 1
         err = capsys.readouterr().err
         assert "Traceback" in err and err.strip().splitlines()[-1].startswith("skrl-marl train: error: cannot write")
+
+
+# ---------------------------------------------------------------------------------------------------- run folders
+
+
+def _train_and_interrupt(out, at_step, *extra) -> tuple[str, int]:
+    """Train a long run in this process and send it SIGINT (a stop mid-way, as Ctrl-C gives) once its ``run.json``
+    records a checkpoint of step ``at_step`` or later; return the run folder and the step it stopped at."""
+
+    def watch():
+        try:
+            _wait_for(lambda: os.path.isdir(out) and os.listdir(out), what="the run folder")
+            (run_dir,) = [os.path.join(out, n) for n in os.listdir(out)]
+            _wait_for(lambda: _checkpointed(run_dir, at_step), what="a checkpoint")
+        finally:  # also when waiting failed: the run must end
+            os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert cli.main(["train", *SPREAD, "--out", str(out), "--timesteps", "100000", *extra]) == 130
+    watcher.join()
+    (run_dir,) = [os.path.join(out, n) for n in os.listdir(out)]
+    return run_dir, _run(run_dir)["step"]
+
+
+def _copy_in_name_order(source, target) -> None:
+    """Copy a run folder file by file in name order, each copy getting the time it was made (as ``rsync -r`` without
+    ``-t``, a cloud sync or a restore from backup do): the file copied last is the newest."""
+    stamp = time.time() - 10_000
+    for root, folders, files in os.walk(source):
+        folders.sort()
+        here = os.path.join(target, os.path.relpath(root, source))
+        os.makedirs(here)
+        for name in sorted(files):
+            shutil.copyfile(os.path.join(root, name), os.path.join(here, name))
+            os.utime(os.path.join(here, name), (stamp, stamp))
+            stamp += 1
+
+
+def _contents(folder) -> dict[str, bytes]:
+    return {n: open(os.path.join(folder, n), "rb").read() for n in _named_files(folder) if n.endswith(".pt")}
+
+
+def test_a_copied_run_resumes_from_its_own_last_step_and_overwrites_nothing(tmp_path):
+    """A run stopped mid-way and copied with new file times (``agent_90.pt`` copied after ``agent_100.pt``) goes on from
+    the checkpoint its ``run.json`` records, and no checkpoint of the copy is overwritten."""
+    run_dir, stopped = _train_and_interrupt(tmp_path / "runs", 100, "agent.experiment.checkpoint_interval=10")
+    copy = os.path.join(tmp_path, "copy")
+    _copy_in_name_order(run_dir, copy)
+    checkpoints = os.path.join(copy, "checkpoints")
+    before = _contents(checkpoints)
+    assert f"agent_{stopped}.pt" in before and "agent_90.pt" in before
+    assert cli.main(["train", "--resume", copy, "--timesteps", str(stopped + 5), "--no-progress"]) == 0
+    record = _run(copy)
+    assert record["resumed"][-1]["from_step"] == stopped
+    assert os.path.basename(record["resumed"][-1]["checkpoint"]) == f"agent_{stopped}.pt"
+    assert _steps(os.path.join(checkpoints, "final.pt")) == {stopped + 5}
+    after = _contents(checkpoints)
+    assert {name: after[name] for name in before if name != "final.pt"} == before  # none overwritten
+
+
+def test_resume_from_an_earlier_step_sets_the_later_checkpoints_aside(tmp_path, capsys):
+    run_dir = _train(tmp_path, "--timesteps", "40", "agent.experiment.checkpoint_interval=10")
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    before = _contents(checkpoints)
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", run_dir, "--from", "20", "--timesteps", "30", "--no-progress"]) == 0
+    err = capsys.readouterr().err.strip()
+    aside = os.path.join(checkpoints, "superseded_1")
+    assert len(err.splitlines()) == 1 and aside in err and "agent_30.pt" in err and "final.pt" in err, err
+    assert _contents(aside) == {name: before[name] for name in ("agent_30.pt", "agent_40.pt", "final.pt")}
+    assert _steps(os.path.join(checkpoints, "final.pt")) == {30}
+    assert {name: _contents(checkpoints)[name] for name in ("agent_10.pt", "agent_20.pt")} == {
+        name: before[name] for name in ("agent_10.pt", "agent_20.pt")
+    }
+
+
+def test_a_link_planted_as_the_lock_is_refused_and_nothing_outside_is_written(tmp_path, capsys):
+    """A run folder from elsewhere with ``train.lock`` linked to a file outside it: ``--resume`` neither truncates nor
+    writes that file (nor creates the target of a dangling link)."""
+    run_dir = _train(tmp_path / "runs", "--timesteps", "20")
+    lock = os.path.join(run_dir, "train.lock")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    for plant, target in ((os.symlink, outside), (os.link, outside), (os.symlink, tmp_path / "created.txt")):
+        os.remove(lock)
+        plant(target, lock)
+        assert cli.main(["train", "--resume", run_dir, "--timesteps", "30", "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and lock in err and "remove it" in err, err
+        assert outside.read_text() == "precious\n" and not (tmp_path / "created.txt").exists()
+    os.remove(lock)
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", "30", "--no-progress"]) == 0
+
+
+def _cut_last_row(path) -> None:
+    """Cut ``path`` a few characters into its last row (a copy or a disk that stopped mid-write)."""
+    text = open(path, newline="").read()
+    start = text.rindex("\n", 0, len(text) - 1) + 1
+    with open(path, "w", newline="") as file:
+        file.write(text[: start + 4])
+
+
+def test_an_episodes_csv_cut_mid_row_resumes_with_one_warning(tmp_path, capsys):
+    run_dir = _train(tmp_path, "--timesteps", "60", "agent.experiment.checkpoint_interval=20")  # episodes of 25 steps
+    episodes = os.path.join(run_dir, "episodes.csv")
+    rows = open(episodes).read().splitlines()
+    assert len(rows) > 3
+    _cut_last_row(episodes)
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", "80", "--no-progress"]) == 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "warning" in err and episodes in err and "cut" in err, err
+    assert open(episodes).read().splitlines()[: len(rows) - 1] == rows[:-1]  # the whole rows kept
+
+    lines = open(episodes).read().splitlines()
+    lines[2] = "x,y"
+    with open(episodes, "w") as file:
+        file.write("\n".join(lines) + "\n")
+    assert cli.main(["train", "--resume", run_dir, "--timesteps", "100", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and episodes in err and "line 3" in err and "Traceback" not in err, err
+
+
+STALE = time.time() - 3600
+
+
+def _temporary(folder, name, *, stale=True) -> str:
+    """A temporary file as a write that was killed leaves it, ``stale`` (an hour old) or just written."""
+    path = os.path.join(folder, f".{name}.{os.urandom(4).hex()}.tmp")
+    with open(path, "wb") as file:
+        file.write(b"\0" * 1000)
+    if stale:
+        os.utime(path, (STALE, STALE))
+    return path
+
+
+def _while_writing(path, command) -> list[str]:
+    """Run ``command`` while a write of ``path`` is under way in this process (its temporary file made to look an hour
+    old, so only the write's lock tells it is live); return the leftover temporary files of ``path``'s name."""
+
+    def write(file):
+        file.write(b"being written")
+        os.utime(file.fileno(), (STALE, STALE))
+        command()
+
+    write_atomic(path, write)  # fails if the command removed its temporary file
+    assert open(path, "rb").read() == b"being written"
+    folder, name = os.path.split(path)
+    return [n for n in os.listdir(folder) if n.startswith(f".{name}.")]
+
+
+def test_stale_temporary_files_are_removed_and_live_ones_kept(tmp_path):
+    """``train --resume`` clears the temporary files killed writes left in its run folder and ``checkpoints/``, and
+    ``export`` those of its ``--out``; a write another process has under way (holding its temporary file's lock), a
+    fresh one and files of other names are left alone."""
+    run_dir = _train(tmp_path / "runs", "--timesteps", "20")
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    stale = [_temporary(checkpoints, "agent_78.pt"), _temporary(run_dir, "run.json")]
+    kept = [_temporary(checkpoints, "agent_79.pt", stale=False), os.path.join(run_dir, ".notes.tmp")]
+    open(kept[-1], "w").close()
+    resume = ["train", "--resume", run_dir, "--timesteps", "30", "--no-progress"]
+    assert _while_writing(os.path.join(run_dir, "notes.json"), lambda: cli.main(resume) == 0 or pytest.fail()) == []
+    assert _run(run_dir)["step"] == 30
+    assert [os.path.exists(p) for p in stale + kept] == [False, False, True, True]
+
+    out = tmp_path / "exports"
+    out.mkdir()
+    target = str(out / "play.pt")
+    stale, other = _temporary(out, "play.pt"), _temporary(out, "other.pt")
+    export = ["export", run_dir, "--out", target]
+    assert _while_writing(str(out / "play.pt"), lambda: cli.main(export) == 0 or pytest.fail()) == []
+    assert not os.path.exists(stale) and os.path.exists(other)
+
+
+def test_a_failed_plot_leaves_a_run_whose_resume_makes_it(tmp_path, capsys, monkeypatch):
+    import matplotlib.figure
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(matplotlib.figure.Figure, "savefig", full_disk)
+        assert cli.main(["train", *SPREAD, "--out", str(tmp_path), "--timesteps", "20"]) == 1
+    (run_dir,) = [str(p) for p in tmp_path.iterdir()]
+    plot = os.path.join(run_dir, "learning_curve.png")
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and plot in err and f"skrl-marl train --resume {run_dir}" in err, err
+    assert not os.path.exists(plot)
+    assert cli.main(["train", "--resume", run_dir]) == 0
+    assert plot in capsys.readouterr().out and os.path.getsize(plot) > 0
+    assert _run(run_dir)["status"] == "finished" and _steps(os.path.join(run_dir, "checkpoints", "final.pt")) == {20}
+    assert cli.main(["train", "--resume", run_dir]) == 2  # nothing left to do
+    assert "pass --timesteps N with N > 20" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_tensorboard_on_a_full_disk_ends_the_run_with_one_line(tmp_path, capfd, monkeypatch):
+    """TensorBoard's event file turning into ``/dev/full`` mid-run (every write to it fails with ENOSPC, as on a full
+    disk): one line naming the run folder and the ways out, no traceback of TensorBoard's writer thread."""
+    out = tmp_path / "runs"
+    printed = []  # what Python would print as "Exception in thread ..." (pytest would turn it into a warning)
+    monkeypatch.setattr(threading, "excepthook", lambda args: printed.append(args.exc_value))
+
+    def fill_the_disk():
+        try:
+            _wait_for(lambda: os.path.isdir(out) and os.listdir(out), what="the run folder")
+            (run_dir,) = [os.path.join(out, n) for n in os.listdir(out)]
+            _wait_for(lambda: _checkpointed(run_dir, 10), what="a checkpoint")
+            (events,) = [os.path.join(run_dir, n) for n in os.listdir(run_dir) if n.startswith("events.out")]
+            os.symlink("/dev/full", events + ".full")
+            os.replace(events + ".full", events)
+        except BaseException:
+            os.kill(os.getpid(), signal.SIGINT)  # the run must end
+            raise
+
+    watcher = threading.Thread(target=fill_the_disk, daemon=True)
+    watcher.start()
+    overrides = ["agent.experiment.write_interval=2", "agent.experiment.checkpoint_interval=10"]
+    status = cli.main(["train", *SPREAD, "--out", str(out), "--timesteps", "100000", *overrides])
+    watcher.join()
+    (run_dir,) = [os.path.join(out, n) for n in os.listdir(out)]
+    err = capfd.readouterr().err.strip()
+    assert status == 1 and len(err.splitlines()) == 1 and printed == [], (err, printed)
+    assert run_dir in err and "No space left on device" in err and "agent.experiment.write_interval=0" in err, err
+    record = _run(run_dir)
+    assert record["status"] == "running" and _steps(record["checkpoint"]) == {record["step"]}

@@ -165,6 +165,38 @@ def check_layout(modules: Any, path: str | os.PathLike, *, owner: str) -> dict[s
     return modules
 
 
+def _first_non_finite(state: Any, key: str = "") -> tuple[str, str] | None:
+    """``(key, "NaN" or "inf")`` of the first floating-point tensor of a nested state dict holding a value that is not
+    finite (keys joined with dots), None when every one is finite."""
+    if torch.is_tensor(state):
+        if not (state.is_floating_point() or state.is_complex()) or bool(torch.isfinite(state).all()):
+            return None
+        return key, "NaN" if bool(torch.isnan(state).any()) else "inf"
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for name, value in items:
+        found = _first_non_finite(value, f"{key}.{name}" if key else str(name))
+        if found is not None:
+            return found
+    return None
+
+
+def check_finite(state: Any, path: str | os.PathLike, *, owner: str, uid: str, name: str) -> None:
+    """Refuse the state of a model, preprocessor or optimiser (its ``state``: Adam's moments) holding NaN or inf, as a
+    run that diverged writes it.
+
+    :param state: The module's state dict as the checkpoint holds it.
+    :param path: The file (for the message).
+    :param owner: Prefix of the message; ``uid`` and ``name``: the agent and module it is of.
+    :raises ValueError: In one line naming the file, the agent, the module and the tensor.
+    """
+    found = _first_non_finite(state["state"] if _is_optimizer_state(state) else state)
+    if found is not None:
+        raise ValueError(
+            f"{owner}: {path}: agent '{uid}' module '{name}' holds {found[1]} in '{found[0]}' (the run had diverged "
+            "when it was written); load a checkpoint written before that"
+        )
+
+
 # ---------------------------------------------------------------------------------------------------- optimisers
 
 
@@ -344,11 +376,16 @@ def load_checkpoint(agent: Any, path: str | os.PathLike) -> None:
 
     :raises ValueError: Naming the agents, modules or tensors that do not match, or when the file is not a
         multi-agent checkpoint or holds objects other than tensors and state dicts (refused without unpickling them,
-        see :func:`read_checkpoint`).
+        see :func:`read_checkpoint`), or when a model, preprocessor or optimiser state holds NaN or inf (a run that
+        had diverged, :func:`check_finite`): nothing is loaded then.
     """
     owner = f"{type(agent).__name__}.load"
     modules = check_layout(read_checkpoint(path, map_location=agent.device, owner=owner), path, owner=owner)
     skrl_format = _check_modules(agent, modules, path, owner=owner)
+    for uid in agent.possible_agents:  # weights, statistics and Adam's moments; not replay data, not counters
+        for name, state in modules[uid].items():
+            if isinstance(agent.checkpoint_modules[uid][name], torch.nn.Module) or _is_optimizer_state(state):
+                check_finite(state, path, owner=owner, uid=uid, name=name)
     # one entry per module object: a module several agents share here is loaded once
     entries: dict[tuple[str, int], tuple[Any, list[str]]] = {}
     for uid in agent.possible_agents:

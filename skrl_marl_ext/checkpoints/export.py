@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from skrl_marl_ext.checkpoints import check_layout, is_scaler_state, read_checkpoint
-from skrl_marl_ext.checkpoints.files import save_torch
+from skrl_marl_ext.checkpoints import check_finite, check_layout, is_scaler_state, read_checkpoint
+from skrl_marl_ext.checkpoints.files import remove_temporary_files, save_torch
 
 PLAY_MODULES = ("policy", "value", "observation_preprocessor", "state_preprocessor", "value_preprocessor")
 """What an exported file keeps of each agent (``value_preprocessor`` only as skrl's ``RunningStandardScaler``)."""
@@ -34,10 +34,12 @@ def export_for_skrl(src_path: str | os.PathLike, dst_path: str | os.PathLike) ->
     is read with ``weights_only=True``; the tensors are written on the CPU.
 
     :param src_path: Our checkpoint (``agent.save()``, or the trainer's ``checkpoints/*.pt``).
-    :param dst_path: The file to write (whole or not at all, :func:`~skrl_marl_ext.checkpoints.files.write_atomic`).
+    :param dst_path: The file to write (whole or not at all, :func:`~skrl_marl_ext.checkpoints.files.write_atomic`);
+        the temporary files that exports to it killed mid-write left beside it are removed (none of another name, none
+        a live write holds).
     :return: The one line saying what the export leaves out (:data:`LEFT_OUT`).
     :raises ValueError: In one line, when ``src_path`` is not a multi-agent checkpoint (see
-        :func:`~skrl_marl_ext.checkpoints.read_checkpoint`).
+        :func:`~skrl_marl_ext.checkpoints.read_checkpoint`) or what it exports holds NaN or inf.
     """
     owner = "export_for_skrl"
     modules = check_layout(read_checkpoint(src_path, map_location="cpu", owner=owner), src_path, owner=owner)
@@ -51,6 +53,11 @@ def export_for_skrl(src_path: str | os.PathLike, dst_path: str | os.PathLike) ->
     }
     if not any(exported.values()):
         raise ValueError(f"{owner}: {src_path} holds no policy, value or preprocessor of any agent: nothing to export")
+    for uid, entries in exported.items():
+        for name, state in entries.items():
+            check_finite(state, src_path, owner=owner, uid=uid, name=name)
+    folder, target = os.path.split(os.path.abspath(dst_path))
+    remove_temporary_files(folder, name=target)
     save_torch(exported, dst_path)
     return LEFT_OUT
 

@@ -5,10 +5,10 @@ Runner format (the package's default for ``--algo``, or ``--config``), and train
 ``SequentialTrainer`` loop (tqdm progress bar, TensorBoard logs and checkpoints in a new run directory). It writes
 ``run.json`` (what ``eval`` and ``--resume`` need to rebuild env and agent) and ``episodes.csv`` (every finished
 episode's return per agent) before the first step and at each checkpoint, and at the end ``checkpoints/final.pt`` and
-``learning_curve.png``. ``skrl-marl train --resume RUN_DIR`` continues such a run, finished or not, from its newest
-intact checkpoint, with the run's own config, into the same folder (one process at a time). ``skrl-marl eval
---checkpoint PATH`` runs deterministic episodes and prints the returns; ``skrl-marl export`` writes a file for skrl's
-own agents.
+``learning_curve.png``. ``skrl-marl train --resume RUN_DIR`` continues such a run, finished or not, from the
+checkpoint its ``run.json`` records, with the run's own config, into the same folder (one process at a time).
+``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints the returns; ``skrl-marl export`` writes a
+file for skrl's own agents.
 
 ``SECTION.KEY=VALUE`` arguments after the options of ``train`` override the config, as BenchMARL and Hydra users
 type them (``agent.learning_rate=1e-3 models.policy.hidden_sizes=[256,256]``, values read as YAML).

@@ -54,7 +54,7 @@ def _load_run(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
         raise UsageError(f"{option}: {path} does not exist")
     if os.path.isdir(path):
         run = read_run_file(path, option=option)  # its checkpoint: final.pt, or the latest of a run stopped early
-        return path, latest_checkpoint(path, option=option)[1], run
+        return path, latest_checkpoint(path, run, option=option)[1], run
     run_dir = os.path.dirname(os.path.dirname(path))
     if not os.path.isfile(os.path.join(run_dir, RUN_FILE)):
         raise UsageError(
@@ -101,8 +101,7 @@ def export(args: argparse.Namespace) -> str:
     if not os.path.exists(source):
         raise UsageError(f"{option}: {source} does not exist")
     if os.path.isdir(source):
-        read_run_file(source, option=option)
-        source = latest_checkpoint(source, option=option)[1]
+        source = latest_checkpoint(source, read_run_file(source, option=option), option=option)[1]
     try:
         left_out = export_for_skrl(source, args.out)
     except ValueError as e:

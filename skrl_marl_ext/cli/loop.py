@@ -1,5 +1,6 @@
 """The training loop of ``skrl-marl train``: skrl's trainer loop, with the run's absolute step on the progress bar, a
-hook at each checkpoint (the run folder is brought up to date there), and a clean stop on Ctrl-C or SIGTERM.
+hook at each checkpoint (the run folder is brought up to date there), a clean stop on Ctrl-C or SIGTERM, and
+TensorBoard's failures (a full disk) as one line naming the folder.
 
 Each step is :func:`skrl_marl_ext.trainers.interact`, the body of skrl's ``SequentialTrainer`` loop for one
 multi-agent: the agent sees the calls, timesteps and env resets it would see under ``runner.run("train")``.
@@ -16,6 +17,8 @@ from typing import Any
 
 import torch
 import tqdm
+
+from skrl_marl_ext.checkpoints.files import WriteError
 
 STOP_SIGNALS = ("SIGINT", "SIGTERM")
 """Signals that end a run cleanly: the step under way finishes, a checkpoint is written, the command exits with
@@ -56,6 +59,60 @@ def stop_on_signals() -> Iterator[StopRequest]:
             signal.signal(getattr(signal, name), handler)
 
 
+def _is_tensorboard_thread(thread: threading.Thread | None) -> bool:
+    """Whether ``thread`` is one of TensorBoard's (the writer thread of an event file)."""
+    return thread is not None and type(thread).__module__.startswith("tensorboard.")
+
+
+@contextlib.contextmanager
+def tensorboard_failures(folder: str) -> Iterator[None]:
+    """A failed write of TensorBoard's events into ``folder`` (a full disk) ends the command with one
+    :class:`WriteError` naming the folder and the ways out, not with TensorBoard's writer thread printing its
+    traceback and the command a line naming no file.
+
+    TensorBoard writes its events in a thread of its own; when a write fails the thread ends with the error (which
+    Python would print) and the writer's next call raises that same error object: that is how it is told apart.
+    """
+    failed: list[BaseException] = []
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if _is_tensorboard_thread(args.thread):  # raised again by the writer's next call, as one line
+            failed.append(args.exc_value)
+        else:
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    except OSError as e:
+        if not _failed_in_tensorboard(e, failed):
+            raise
+        reason = e.strerror or " ".join(str(e).split()) or type(e).__name__
+        failure = WriteError(
+            f"cannot write TensorBoard's events into {folder}: {reason}; its checkpoints and run.json are intact: "
+            f"free space there and go on with 'skrl-marl train --resume {folder}', or train with --out elsewhere, or "
+            "without TensorBoard (agent.experiment.write_interval=0)"
+        )
+        failure.errno, failure.reason = e.errno, reason
+        raise failure from e
+    finally:
+        for (
+            thread
+        ) in threading.enumerate():  # a writer thread that failed ends (its hook call too) before the hook goes
+            if _is_tensorboard_thread(thread) and getattr(thread, "exception", None) is not None:
+                thread.join(timeout=5.0)
+        threading.excepthook = previous
+
+
+def _failed_in_tensorboard(error: BaseException, failed: list[BaseException]) -> bool:
+    """Whether ``error`` is the one a TensorBoard writer thread ended with (or is ending with)."""
+    for thread in threading.enumerate():
+        if _is_tensorboard_thread(thread) and getattr(thread, "exception", None) is error:
+            return True
+    return any(error is f for f in failed)
+
+
 def train_steps(
     agent: Any,
     env: Any,
@@ -76,6 +133,7 @@ def train_steps(
     :param env: Its env.
     :param trainer_cfg: The trainer's config (``disable_progressbar``, ``headless``, ``environment_info``, ...).
     :param on_checkpoint: Called with the run's step after each step at which the agent wrote a checkpoint.
+    :return: The step reached; the agent's TensorBoard events are on disk then (a failed write raises here).
     """
     from skrl.envs.wrappers.torch import MultiAgentEnvWrapper  # skrl only after the torchrun set-up
 
@@ -87,10 +145,12 @@ def train_steps(
     states = env.state()
     after_env_step, on_phase = env_info_hook(agent, env, trainer_cfg), track_phase_times(agent)
     bar = tqdm.tqdm(total=total, initial=first, disable=trainer_cfg.disable_progressbar, file=sys.stdout)
+    reached = total
     with bar:
         for timestep in range(steps):
             if stop.signal is not None:  # asked before the first step (while the env and agent were built)
-                return first + timestep
+                reached = first + timestep
+                break
             written = agent.last_checkpoint
             step = interact(
                 agent,
@@ -111,4 +171,6 @@ def train_steps(
             bar.update(1)
             if agent.last_checkpoint is not written:
                 on_checkpoint(first + timestep + 1)
-    return total
+    if getattr(agent, "writer", None) is not None:
+        agent.writer.flush()
+    return reached

@@ -1,5 +1,5 @@
-"""``train --resume RUN_DIR``: where a run goes on from (its newest intact checkpoint, or the one ``--from`` names),
-for how long (its own steps, or ``--timesteps``) and with which config (its own)."""
+"""``train --resume RUN_DIR``: where a run goes on from (the checkpoint its ``run.json`` records, or the one ``--from``
+names), for how long (its own steps, or ``--timesteps``) and with which config (its own)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from skrl_marl_ext import distributed
 from skrl_marl_ext.cli.config import parse_env_args
 from skrl_marl_ext.cli.errors import UsageError
 from skrl_marl_ext.cli.parser import given
-from skrl_marl_ext.cli.run_folder import RUN_FILE, checkpoint_step, latest_checkpoint, read_run_file, read_steps
+from skrl_marl_ext.cli.run_folder import (
+    RUN_FILE,
+    checkpoint_step,
+    latest_checkpoint,
+    plot_due,
+    read_run_file,
+    read_steps,
+)
 
 RESUME_CONFLICTS = {
     "algo": "--algo",
@@ -47,8 +54,10 @@ def resume_point(args: argparse.Namespace, run_dir: str) -> tuple[dict[str, Any]
     """``(run.json, checkpoint, steps it completed, steps of the run)`` of ``--resume`` into ``run_dir``.
 
     The checkpoint is the one ``--from`` names (a path or a step), the one ``--resume`` names when it is a file, else
-    the run's latest intact one (:func:`~skrl_marl_ext.cli.run_folder.latest_checkpoint`, which skips damaged files). The
-    run's steps are ``--timesteps`` where given (a finished run trains on to it), else its own.
+    the one the run's ``run.json`` records (:func:`~skrl_marl_ext.cli.run_folder.latest_checkpoint`, which falls back
+    by step past damaged files). The run's steps are ``--timesteps`` where given (a finished run trains on to it), else
+    its own. A finished run whose learning curve is due (:func:`~skrl_marl_ext.cli.run_folder.plot_due`) comes back
+    with no steps to run: the caller makes the plot.
 
     :raises UsageError: When ``run_dir`` is not a run of ``train``, the checkpoint is missing or damaged, the run has
         run all its steps, or an option given with ``--resume`` disagrees with the run's own (naming the option).
@@ -58,7 +67,7 @@ def resume_point(args: argparse.Namespace, run_dir: str) -> tuple[dict[str, Any]
     _check_options(args, run)
     named = getattr(args, "start_from", None) or (None if os.path.isdir(os.path.abspath(args.resume)) else args.resume)
     if named is None:
-        done, checkpoint = latest_checkpoint(run_dir, option=option)
+        done, checkpoint = latest_checkpoint(run_dir, run, option=option)
     else:
         checkpoint = _named_checkpoint(run_dir, named, option=option if args.resume == named else f"--from {named}")
         try:
@@ -66,6 +75,8 @@ def resume_point(args: argparse.Namespace, run_dir: str) -> tuple[dict[str, Any]
         except ValueError as e:
             raise UsageError(str(e)) from None
     timesteps = args.timesteps if "timesteps" in given(args) else run["timesteps"]
+    if done >= timesteps and timesteps == run["timesteps"] and plot_due(run, run_dir):
+        return run, checkpoint, done, done
     if done >= timesteps:
         what = "has completed its" if timesteps == run["timesteps"] else "is past"
         raise UsageError(

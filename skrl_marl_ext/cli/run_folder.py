@@ -4,11 +4,13 @@ the lock that lets one process at a time train into it.
 ``run.json`` holds what ``eval`` and ``train --resume`` need to rebuild env and agent; it is written when training
 starts and again at each checkpoint, so a run stopped at any moment can be resumed. ``episodes.csv`` holds every
 finished episode's return per agent; ``checkpoints/final.pt`` the agent at the end. Every file is written whole or not
-at all (:mod:`skrl_marl_ext.checkpoints.files`).
+at all (:mod:`skrl_marl_ext.checkpoints.files`), to a new temporary file renamed over its name: a link planted under a
+name is replaced, never written through; ``train.lock``, the one file opened in place, refuses a link.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from skrl_marl_ext.checkpoints.files import write_atomic, write_text
+from skrl_marl_ext.checkpoints.files import WriteError, write_atomic, write_text
 from skrl_marl_ext.cli.errors import UsageError
 
 RUN_FILE = "run.json"
@@ -105,7 +107,7 @@ class RunLock:
         self._file: Any = None
 
     def __enter__(self) -> RunLock:
-        file = open(self.path, "a+", encoding="utf-8")  # held open while the run trains
+        file = open(_open_lock_file(self.path, option=self.option), "r+", encoding="utf-8")  # open while it trains
         try:
             _lock(file)
         except OSError:
@@ -127,6 +129,25 @@ class RunLock:
         if self._file is not None:
             self._file.close()  # closing drops the lock
             self._file = None
+
+
+def _open_lock_file(path: str, *, option: str) -> int:
+    """The lock file ``path`` opened for reading and writing (created when missing), never through a link: a run folder
+    from elsewhere may hold ``train.lock`` as a link to a file outside it, which this would truncate and write.
+
+    :raises UsageError: When ``path`` is a symbolic link or a file with other names (a hard link).
+    """
+    fix = f"{option}: {path} is a link to another file; remove it (the run makes a new one) and run again"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError as e:
+        if os.path.islink(path):  # ELOOP on POSIX
+            raise UsageError(fix) from None
+        raise UsageError(f"{option}: cannot open {path} ({e.strerror or e})") from None
+    if os.fstat(fd).st_nlink > 1 or os.path.islink(path):  # a hard link; a link on systems without O_NOFOLLOW
+        os.close(fd)
+        raise UsageError(fix)
+    return fd
 
 
 def _lock(file: Any) -> None:
@@ -160,45 +181,147 @@ def read_steps(path: str, *, option: str) -> int:
     return max((int(p.get("timestep", 0)) for p in progress if isinstance(p, dict)), default=0)
 
 
-def latest_checkpoint(run_dir: str, *, option: str) -> tuple[int, str]:
-    """``(steps completed, path)`` of the checkpoint a run goes on from: the one written last
-    (``checkpoints/final.pt`` or ``agent_<T>.pt``, by modification time, then by steps), so a run resumed ``--from``
-    an earlier step goes on from its own newest file, not from one the earlier part left. A damaged file (a write a
-    kill cut short, a copy cut short, a disk that failed) is skipped with one line on stderr naming it.
+def latest_checkpoint(run_dir: str, run: dict[str, Any], *, option: str) -> tuple[int, str]:
+    """``(steps completed, path)`` of the checkpoint a run goes on from: the one its ``run.json`` records (looked up by
+    name in ``run_dir/checkpoints``, so a moved or copied run reads its own files), else the intact one of the latest
+    step up to the step ``run.json`` records (``agent_<T>.pt`` by the step in its name, ``final.pt`` by the steps it
+    holds). File times are never used: a copy, a sync or a restore gives every file a new one. A damaged file (a write
+    a kill cut short, a copy cut short, a disk that failed) is skipped with one line on stderr naming it.
 
+    :param run: The run's ``run.json`` (its ``checkpoint`` and ``step``; a record without them: the latest step).
     :param option: The option and value as typed, named in the messages.
     :raises UsageError: When the run has no intact checkpoint.
     """
     folder = os.path.join(run_dir, "checkpoints")
-    names = os.listdir(folder) if os.path.isdir(folder) else []
-    names = [n for n in names if n == FINAL_CHECKPOINT or checkpoint_step(n) is not None]
+    names = set(_checkpoint_names(folder))
+    recorded = os.path.basename(str(run.get("checkpoint") or ""))
+    limit = run.get("step") if isinstance(run.get("step"), int) else None
 
-    def written(name: str) -> tuple[float, float]:
-        step = checkpoint_step(name)
-        return os.path.getmtime(os.path.join(folder, name)), float("inf") if step is None else step
-
-    for name in sorted(names, key=written, reverse=True):
-        path = os.path.join(folder, name)
+    def steps_of(name: str) -> int | None:
         try:
-            return read_steps(path, option=option), path
+            return read_steps(os.path.join(folder, name), option=option)
+        except FileNotFoundError:  # moved away meanwhile (rank 0 setting later checkpoints aside)
+            return None
         except ValueError as e:
             print(f"skrl-marl: warning: skipped {str(e).removeprefix(option + ': ')}", file=sys.stderr)
+            return None
+
+    if recorded in names:
+        done = steps_of(recorded)
+        if done is not None:
+            return done, os.path.join(folder, recorded)
+        names.discard(recorded)
+    steps = {name: checkpoint_step(name) for name in names}
+    if FINAL_CHECKPOINT in names:
+        steps[FINAL_CHECKPOINT] = steps_of(FINAL_CHECKPOINT)
+    for name in sorted(names, key=lambda n: (steps[n] is not None, steps[n] or 0, n == FINAL_CHECKPOINT), reverse=True):
+        step = steps[name]
+        if step is None or (limit is not None and step > limit):
+            continue
+        done = step if name == FINAL_CHECKPOINT else steps_of(name)
+        if done is not None:
+            return done, os.path.join(folder, name)
     raise UsageError(f"{option}: no intact checkpoint in {folder} to start from")
 
 
+def _checkpoint_names(folder: str) -> list[str]:
+    """The checkpoints a run wrote into ``folder`` (``final.pt`` and ``agent_<T>.pt``)."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return [n for n in names if n == FINAL_CHECKPOINT or checkpoint_step(n) is not None]
+
+
+def set_aside_later_checkpoints(run_dir: str, done: int, start: str, *, option: str) -> str | None:
+    """Move the run's checkpoints of steps after ``done`` (``agent_<T>.pt`` with ``T > done``; ``final.pt`` unless it
+    is ``start`` or holds ``done`` steps or fewer) into a new ``checkpoints/superseded_<k>``, so a run going on from
+    step ``done`` writes none of their names; say so in one line on stderr. Return that folder (None when none).
+
+    :param start: The checkpoint the run goes on from.
+    :param option: The option and value as typed, named in the line.
+    """
+    folder = os.path.join(run_dir, "checkpoints")
+    later = []
+    for name in sorted(_checkpoint_names(folder), key=lambda n: (checkpoint_step(n) is None, checkpoint_step(n) or 0)):
+        path = os.path.join(folder, name)
+        step = checkpoint_step(name)
+        if step is None:  # final.pt: its steps are in it (one that cannot be read is kept too)
+            if os.path.abspath(path) == os.path.abspath(start):
+                continue
+            try:
+                step = read_steps(path, option=option)
+            except ValueError:
+                step = None
+        if step is None or step > done:
+            later.append(name)
+    if not later:
+        return None
+    for number in itertools.count(1):
+        aside = os.path.join(folder, f"superseded_{number}")
+        try:
+            os.mkdir(aside)
+            break
+        except FileExistsError:
+            continue
+    for name in later:
+        os.replace(os.path.join(folder, name), os.path.join(aside, name))
+    shown = ", ".join(later) if len(later) <= 4 else f"{', '.join(later[:2])}, ..., {later[-1]} ({len(later)} files)"
+    print(
+        f"skrl-marl: note: {option}: moved the checkpoints of steps after {done} ({shown}) to {aside}, so that the "
+        f"run going on from step {done} overwrites none of them",
+        file=sys.stderr,
+    )
+    return aside
+
+
+PLOT_FILE = "learning_curve.png"
+
+
 def write_run(agent, run: dict[str, Any], run_dir: str, episodes: Episodes) -> dict[str, str]:
-    """Write the final checkpoint, ``run.json``, ``episodes.csv`` and the learning curve of ``episodes``; return their
-    paths."""
+    """Write ``episodes.csv``, the final checkpoint, ``run.json`` and the learning curve of ``episodes``; return their
+    paths.
+
+    ``run.json`` says the run is finished only once everything else but the plot is written, and the previous plot is
+    removed before: a plot that cannot be written leaves a finished run without one, which
+    ``skrl-marl train --resume`` then makes (:func:`write_plot`).
+
+    :raises ~skrl_marl_ext.checkpoints.files.WriteError: When a file cannot be written (naming it; for the plot, also
+        the command that makes it later).
+    """
+    episodes_csv = os.path.join(run_dir, "episodes.csv")
+    write_episodes(episodes, run["num_envs"], episodes_csv)
     checkpoint = os.path.join(run_dir, "checkpoints", FINAL_CHECKPOINT)
     os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
     agent.save(checkpoint)
+    plot = os.path.join(run_dir, PLOT_FILE)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(plot)  # the earlier part's: a run.json saying "finished" beside no plot is one whose plot is due
     write_run_file(run_dir, run)
-    episodes_csv = os.path.join(run_dir, "episodes.csv")
-    write_episodes(episodes, run["num_envs"], episodes_csv)
-    plot = os.path.join(run_dir, "learning_curve.png")
-    title = f"{run['algo'].upper()} on {run['env']} ({run['num_envs']} envs)"
-    plot_learning_curve(episodes, num_envs=run["num_envs"], path=plot, title=title)
+    write_plot(run, run_dir, episodes)
     return {"checkpoint": checkpoint, "plot": plot, "episodes": episodes_csv}
+
+
+def write_plot(run: dict[str, Any], run_dir: str, episodes: Episodes) -> str:
+    """Write the run's learning curve, ``run_dir/learning_curve.png``; return its path.
+
+    :raises ~skrl_marl_ext.checkpoints.files.WriteError: When it cannot be written: one line naming it and the command
+        that makes it once that folder can be written.
+    """
+    plot = os.path.join(run_dir, PLOT_FILE)
+    title = f"{run['algo'].upper()} on {run['env']} ({run['num_envs']} envs)"
+    try:
+        plot_learning_curve(episodes, num_envs=run["num_envs"], path=plot, title=title)
+    except WriteError as e:
+        failure = WriteError(
+            f"cannot write {plot}: {e.reason}; the run is finished and its checkpoint written: make the plot with "
+            f"'skrl-marl train --resume {run_dir}' once that folder can be written"
+        )
+        failure.errno, failure.reason = e.errno, e.reason
+        raise failure from e
+    return plot
+
+
+def plot_due(run: dict[str, Any], run_dir: str) -> bool:
+    """Whether a finished run lacks its learning curve (its write failed, see :func:`write_run`)."""
+    return run.get("status") == "finished" and not os.path.exists(os.path.join(run_dir, PLOT_FILE))
 
 
 def write_episodes(episodes: Episodes, num_envs: int, path: str) -> None:
@@ -212,15 +335,45 @@ def write_episodes(episodes: Episodes, num_envs: int, path: str) -> None:
     write_text(path, text.getvalue())
 
 
-def read_episodes(run_dir: str) -> Episodes:
-    """The episodes of ``run_dir/episodes.csv`` (none when it has no such file)."""
+def read_episodes(run_dir: str, *, option: str) -> Episodes:
+    """The episodes of ``run_dir/episodes.csv`` (none when it has no such file).
+
+    A last row cut short (the file does not end with a line break: a copy or a disk that stopped mid-write) is left out
+    with one line on stderr naming the file.
+
+    :param option: The option and value as typed, named in the messages.
+    :raises UsageError: When the file is damaged otherwise (a row that is not a step, frames and returns; not text).
+    """
     path = os.path.join(run_dir, "episodes.csv")
     if not os.path.isfile(path):
         return []
-    with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
-    agents = lambda row: [k for k in row if k not in ("step", "frames")]  # noqa: E731
-    return [(int(row["step"]), {uid: float(row[uid]) for uid in agents(row)}) for row in rows]
+    fix = "repair or delete it (the learning curve then starts at the step the run goes on from)"
+    try:
+        with open(path, encoding="utf-8", newline="") as file:
+            text = file.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{option}: {path} cannot be read ({getattr(e, 'strerror', None) or e}); {fix}") from None
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith(("\n", "\r")):
+        print(f"skrl-marl: warning: {path}: its last line was cut short; left out: {lines[-1]!r}", file=sys.stderr)
+        lines = lines[:-1]
+    rows = list(csv.reader(lines))
+    if not rows:
+        return []
+    header, episodes = rows[0], []
+    if header[:2] != ["step", "frames"]:
+        raise UsageError(f"{option}: {path}: line 1 is not the header 'step,frames,<agents>...'; {fix}")
+    agents = header[2:]
+    for number, row in enumerate(rows[1:], start=2):
+        try:
+            if len(row) != len(header):
+                raise ValueError(f"{len(row)} values where the header has {len(header)}")
+            episodes.append((int(row[0]), {uid: float(value) for uid, value in zip(agents, row[2:], strict=True)}))
+        except ValueError as e:
+            raise UsageError(
+                f"{option}: {path}: line {number} is not a row of step, frames and returns ({e}); {fix}"
+            ) from None
+    return episodes
 
 
 def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: str, bins: int = 50) -> None:

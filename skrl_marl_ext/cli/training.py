@@ -22,7 +22,7 @@ from skrl_marl_ext.checkpoints.files import remove_temporary_files
 from skrl_marl_ext.cli.build import build_env, build_runner, check_device
 from skrl_marl_ext.cli.config import parse_env_args, runner_config, train_config
 from skrl_marl_ext.cli.errors import RanksDisagree, Stopped, UsageError
-from skrl_marl_ext.cli.loop import StopRequest, stop_on_signals, train_steps
+from skrl_marl_ext.cli.loop import StopRequest, stop_on_signals, tensorboard_failures, train_steps
 from skrl_marl_ext.cli.parser import given
 from skrl_marl_ext.cli.resume import resume_folder, resume_point, resumed_config
 from skrl_marl_ext.cli.run_folder import (
@@ -33,8 +33,10 @@ from skrl_marl_ext.cli.run_folder import (
     create_run_folder,
     read_episodes,
     run_name,
+    set_aside_later_checkpoints,
     train_summary,
     write_episodes,
+    write_plot,
     write_run,
     write_run_file,
 )
@@ -92,10 +94,17 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     signals = stop_on_signals() if world == 1 else contextlib.nullcontext(StopRequest())
     with signals as stop, contextlib.ExitStack() as held:
         plan = _resumed_plan(args, held) if args.resume else _new_plan(args, held)
+        if plan.done >= plan.total:  # a finished run whose learning curve is due (its write failed): the plot alone
+            result = {"run_dir": plan.run_dir, "ranks": world, "ranks_agree": True}
+            if rank == 0:
+                result["plot"] = plot = write_plot(plan.run, plan.run_dir, plan.earlier)
+                print(f"skrl-marl: the run has completed its {plan.total} steps; wrote its learning curve: {plot}")
+            return result
         run, env_device = plan.run, distributed.torchrun_device(plan.device)
         env = build_env(
             run["env"], num_envs=run["num_envs"], device=env_device, seed=plan.cfg["seed"], env_kwargs=run["env_kwargs"]
         )
+        held.enter_context(tensorboard_failures(plan.run_dir))  # from the writer's first event on
         runner = build_runner(env, plan.cfg)
         agent = runner.agent
         if plan.checkpoint is not None:
@@ -103,6 +112,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 agent.load(plan.checkpoint)
             except ValueError as e:
                 raise UsageError(f"--resume {args.resume}: {e}") from None
+            if rank == 0:  # the run goes on: what it would write again of later steps is kept aside
+                set_aside_later_checkpoints(plan.run_dir, plan.done, plan.checkpoint, option=f"--resume {args.resume}")
         record = _RunRecord(plan, env, writes=rank == 0)
         record.started()
 
@@ -143,6 +154,7 @@ def _new_plan(args: argparse.Namespace, held: contextlib.ExitStack) -> _Plan:
         run_dir = create_run_folder(args.out, run_name(algo, args.env))
         held.enter_context(RunLock(run_dir, option=f"--out {args.out}"))
         held.callback(_remove_unstarted, run_dir, out=args.out if new_out else None)
+        held.callback(_remove_temporary_files, run_dir)
     run_dir = distributed.broadcast_object(run_dir)
     cfg = runner_config(cfg, args, run_name=os.path.basename(run_dir), timesteps=timesteps)
     run.update(
@@ -168,18 +180,25 @@ def _remove_unstarted(run_dir: str, *, out: str | None) -> None:
 def _resumed_plan(args: argparse.Namespace, held: contextlib.ExitStack) -> _Plan:
     """The run of ``--resume`` (its lock held by rank 0), from its checkpoint to its steps (or ``--timesteps``), on
     its own device unless ``--device`` is given."""
-    run_dir = resume_folder(args.resume)
+    run_dir, option = resume_folder(args.resume), f"--resume {args.resume}"
     if distributed.rank() == 0:
-        held.enter_context(RunLock(run_dir, option=f"--resume {args.resume}"))
-        remove_temporary_files(os.path.join(run_dir, "checkpoints"))  # left by writes a kill cut short
-        remove_temporary_files(run_dir)
+        held.enter_context(RunLock(run_dir, option=option))
+        _remove_temporary_files(run_dir)
+        held.callback(_remove_temporary_files, run_dir)  # and those of a kill just before this call, stale by then
     run, checkpoint, done, total = resume_point(args, run_dir)
     cfg = resumed_config(run["config"], args, run_dir=run_dir, steps=total - done, seed=run["seed"])
     device = args.device if "device" in given(args) else run["device"]
-    earlier = [(step, r) for step, r in read_episodes(run_dir) if step <= done]
+    earlier = [(step, r) for step, r in read_episodes(run_dir, option=option) if step <= done]
     run["timesteps"] = total
     run.setdefault("resumed", []).append({"from_step": done, "checkpoint": checkpoint, "device": device})
     return _Plan(run, run_dir, cfg, device=device, total=total, checkpoint=checkpoint, done=done, earlier=earlier)
+
+
+def _remove_temporary_files(run_dir: str) -> None:
+    """Remove the temporary files that writes killed mid-way left in the run folder and its ``checkpoints/`` (none that
+    a live write holds, see :func:`~skrl_marl_ext.checkpoints.files.remove_temporary_files`)."""
+    remove_temporary_files(run_dir)
+    remove_temporary_files(os.path.join(run_dir, "checkpoints"))
 
 
 def _unique_models(agent) -> list[torch.nn.Module]:
