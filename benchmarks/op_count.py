@@ -274,6 +274,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=0.0,
         help="above 0: KLAdaptiveLR with this kl_threshold (Isaac Lab: 0.008)",
     )
+    parser.add_argument(
+        "--distinct-lr",
+        action="store_true",
+        help="each agent its own learning rate from the start (mappo/ippo/happo), as KLAdaptiveLR leaves them",
+    )
     parser.add_argument("--rollouts", type=int, default=16, help="env steps per update")
     parser.add_argument("--epochs", type=int, default=4, help="learning epochs per update")
     parser.add_argument("--mini-batches", type=int, default=4, help="mini-batches per epoch")
@@ -310,6 +315,20 @@ def step_counts(args) -> tuple[int, int]:
     return args.rollouts, 2 * args.rollouts
 
 
+def spread_learning_rates(agent) -> None:
+    """Each agent its own learning rates (agent ``i``'s times ``1 + i / 100``), as ``KLAdaptiveLR`` leaves them once
+    the agents' KLs differ: skrl's per-agent optimisers, ours through each agent's view of its group's Adam."""
+    if hasattr(agent, "optimizers"):  # skrl's
+        owners = [agent.optimizers[uid].param_groups for uid in agent.possible_agents]
+    else:  # each agent's parameter groups of its group's optimiser (one for agents sharing a model)
+        owners = []
+        for group in agent.groups:
+            owners += getattr(group.optimizer, "agent_param_groups", None) or [group.optimizer.param_groups]
+    for i, param_groups in enumerate(owners):
+        for param_group in param_groups:
+            param_group["lr"] *= 1 + i / 100
+
+
 def run_counts(args) -> list[Count]:
     """Count every variant of ``args.variants`` at every agent count."""
     cfg = TrainCfg(
@@ -326,6 +345,8 @@ def run_counts(args) -> list[Count]:
         for variant in args.variants:
             agent, env = build(variant, algo=args.algo, num_agents=num_agents, args=args, cfg=cfg)
             init_agent(agent, env, timesteps=warmup + counted)
+            if args.distinct_lr:
+                spread_learning_rates(agent)
             if args.adam_foreach == "cuda":
                 use_cuda_foreach(agent)
                 if batched is not None:
@@ -420,6 +441,7 @@ def setting(args) -> str:
         f"{args.num_envs} envs, MLP {args.hidden} {args.activation}, rollouts {args.rollouts}, {args.epochs} epochs x "
         f"{args.mini_batches} mini-batches"
         + (f", KLAdaptiveLR (kl_threshold {args.kl_threshold})" if args.kl_threshold else "")
+        + (", each agent its own learning rate" if args.distinct_lr else "")
         + f", {common}"
     )
 

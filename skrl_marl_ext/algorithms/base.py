@@ -246,8 +246,13 @@ class GroupedMultiAgent(MultiAgent):
 
         :param path: Path of the checkpoint file.
         """
+        before = self.progress.state_dict()
         self.progress.load_state_dict({})  # a file without progress starts from 0
-        checkpoints.load_checkpoint(self, path)
+        try:
+            checkpoints.load_checkpoint(self, path)
+        except Exception:  # a refused file leaves the agent as it was
+            self.progress.load_state_dict(before)
+            raise
         self._timestep_offset = self.progress.timestep
         if self._trainer_timesteps is not None:  # loaded after the trainer's init: its "auto" intervals move
             self._resolve_auto_intervals()

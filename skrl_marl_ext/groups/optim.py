@@ -50,11 +50,13 @@ class Adam(torch.optim.Adam):
     def __init__(self, params: Any, *, agents: int = 1, stacked: bool = False, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)
         self.agents, self.stacked = agents, stacked
-        self.agent_param_groups = [[dict(g) for g in self.param_groups] for _ in range(agents)]
+        self._own_groups = [[dict(g) for g in self.param_groups] for _ in range(agents)] if stacked else None
+
+    @property
+    def agent_param_groups(self) -> list[list[dict[str, Any]]]:
         """Each agent's parameter groups: torch's ``param_groups`` as its own optimiser would have them (one set of
-        models: ``param_groups`` itself)."""
-        if not stacked:
-            self.agent_param_groups = [self.param_groups]
+        models: ``param_groups`` itself, which torch's ``load_state_dict`` replaces)."""
+        return self._own_groups if self.stacked else [self.param_groups]
 
     def views(self) -> list[torch.optim.Optimizer]:
         """Each agent's optimiser, for its LR scheduler and checkpoint: a view of its part (:class:`AgentOptimizerView`),
