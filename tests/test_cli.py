@@ -120,10 +120,10 @@ def test_missing_maddpg_is_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["train", "--algo", "sac"], "--algo sac: unknown algorithm; choose one of mappo, ippo"),
-        (["train", "--env", "gym:CartPole"], "write vmas:<scenario>"),
-        (["train", "--env", "builtin:nope"], "builtin envs: spread"),
-        (["train", "--env", "vmas:no_such_scenario"], "valid scenarios: "),
+        (["train", "--algo", "sac"], "--algo sac: unknown algorithm. Choose one of mappo, ippo"),
+        (["train", "--env", "gym:CartPole"], "Write vmas:<scenario>"),
+        (["train", "--env", "builtin:nope"], "Builtin envs: spread"),
+        (["train", "--env", "vmas:no_such_scenario"], "Valid scenarios: "),
         (["train", "--env", "pettingzoo:not_a_package.env"], "install it: pip install not_a_package"),
         (["train", "--env-arg", "nokeyvalue"], "write KEY=VALUE"),
         (["train", "--device", "gpu0"], "not a torch device"),
