@@ -110,6 +110,41 @@ def test_an_unknown_name_gets_the_closest(argv, expected, tmp_path, capsys):
     assert expected in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize(
+    "argv, usage, expected",
+    [
+        (
+            ["train", "--timestpes", "100"],
+            "skrl-marl train",
+            "unrecognized option '--timestpes'. Did you mean '--timesteps'?",
+        ),
+        (
+            ["train", "--num-env", "16"],
+            "skrl-marl train",
+            "unrecognized option '--num-env'. Did you mean '--num-envs'?",
+        ),
+        (["train", "--sed=3"], "skrl-marl train", "unrecognized option '--sed'. Did you mean '--seed'?"),
+        (["trian"], "skrl-marl", "invalid choice 'trian'. Did you mean 'train'?"),
+        (["train", "--rnn", "gruu"], "skrl-marl train", "invalid choice 'gruu'. Did you mean 'gru'?"),
+        (
+            ["eval", "--checkpiont", "run"],
+            "skrl-marl eval",
+            "unrecognized option '--checkpiont'. Did you mean '--checkpoint'?",
+        ),
+        (["export", "run", "--ou", "x.pt"], "skrl-marl export", "unrecognized option '--ou'. Did you mean '--out'?"),
+    ],
+)
+def test_an_option_is_taken_by_its_whole_name_and_a_typo_gets_the_closest(argv, usage, expected, capsys):
+    """argparse would take ``--num-env`` (or ``--ou``) for the option it begins, and report a typo with the top-level
+    usage and no suggestion."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith(f"usage: {usage} "), lines
+    assert lines[-1].startswith(f"{usage}: error: ") and expected in lines[-1], lines
+
+
 # ---------------------------------------------------------------------------------------------------- bad files
 
 
