@@ -108,7 +108,7 @@ def test_cli_train_under_torchrun_on_cpu(models, tmp_path):
     summaries = [line for line in result.stdout.splitlines() if line.startswith("skrl-marl: trained")]
     assert len(summaries) == 1, result.stdout  # rank 0 only
     assert "for 128 frames" in summaries[0]  # 2 ranks x 4 envs x 16 steps
-    assert summaries[0].endswith("; 2 ranks, parameters identical"), summaries[0]
+    assert "\n  2 ranks, parameters identical\n" in result.stdout, result.stdout
     (run_dir,) = list(tmp_path.iterdir())  # one run folder, nothing else in the working directory
     assert (run_dir / "checkpoints" / "final.pt").is_file()
     assert json.loads((run_dir / "run.json").read_text())["ranks"] == 2

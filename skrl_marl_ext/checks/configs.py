@@ -10,8 +10,11 @@ model instantiators turn a model's ``network`` and ``output`` into Python source
   model's, memory's or trainer's signature), and a string such as ``1e-3`` (which YAML 1.1 reads as a string) is taken
   as the number where a number is expected.
 
-Every error is one line naming the field, what it expects and what it got. This module imports only the standard
-library at import time (the command line reads it before its distributed setup); skrl classes are imported on use.
+Every error is one line naming the field, what it expects and what it got, with the closest known name to an unknown
+one (:func:`did_you_mean`, the package's one) and, for a key written in another section's place, the section that
+takes it; a value is shown cut short (:func:`shown`), and a config whose YAML aliases expand past :data:`MAX_VALUES`
+values is refused before anything expands them (:func:`check_size`). This module imports only the standard library
+at import time (the command line reads it before its distributed setup); skrl classes are imported on use.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import importlib
 import inspect
 import keyword
 import re
+import reprlib
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -39,6 +43,80 @@ YAML_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 def yaml_float(value: Any) -> Any:
     """``value`` as a float when it is a string YAML 1.1 left unread (``'1e-3'``), else ``value`` itself."""
     return float(value) if isinstance(value, str) and YAML_FLOAT.fullmatch(value.strip()) else value
+
+
+# ---------------------------------------------------------------------------------------------------- sizes
+
+MAX_VALUES = 100_000
+"""The most values a config, or one value of the command line, may hold, counted as they are met once YAML aliases
+(``*name``) are expanded: a Runner config holds a few hundred, while nine levels of nine aliases make a file of under
+1 KB hold 387 million."""
+
+MAX_DEPTH = 100
+"""The deepest a config may nest (a Runner config nests a few levels)."""
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _items(node: Any) -> Iterable[tuple[Any, Any]]:
+    return node.items() if isinstance(node, dict) else enumerate(node)
+
+
+def _path(at: str, key: Any, node: Any) -> str:
+    if isinstance(node, dict):
+        return f"{at}.{key}" if at else str(key)
+    return f"{at}[{key}]"
+
+
+def check_size(where: str, value: Any, *, limit: int = MAX_VALUES, depth: int = MAX_DEPTH) -> None:
+    """Refuse a value that holds more than ``limit`` values once its aliases are expanded, nests deeper than
+    ``depth``, or holds itself (an alias inside its own anchor). Nothing is expanded: each shared part is counted
+    once and its count reused, so the check takes the time of the text as written.
+
+    :param where: The value's name in the message (``agent.rollouts``; empty for a whole config).
+
+    :raises ValueError: ``<where and the path to the part>: ...``, one line.
+    """
+    if not isinstance(value, _CONTAINERS):
+        return
+    too_big = "holds more than {} values once its YAML aliases (*name) are expanded; a config holds a few hundred: "
+    too_big += "write the values out, or alias fewer of them"
+    counted: dict[int, int] = {}  # id of a container -> the values it holds, aliases expanded
+    opened = {id(value)}  # the containers being counted: one met again holds itself
+    stack = [[value, iter(_items(value)), 1, where]]  # a container, its items left, its count so far, its path
+    while stack:
+        frame = stack[-1]
+        node, items, _, at = frame
+        child = None
+        for key, item in items:
+            if not isinstance(item, _CONTAINERS):
+                frame[2] += 1
+            elif id(item) in counted:
+                frame[2] += counted[id(item)]
+            elif id(item) in opened:
+                raise ValueError(
+                    f"{_path(at, key, node)}: holds itself (a YAML alias *name inside its own &name "
+                    "anchor); write the value out"
+                )
+            elif len(stack) >= depth:
+                outer = stack[min(len(stack) - 1, 2)][3] or "the config"  # a long path cut to its outer part
+                raise ValueError(f"{outer}: nested more than {depth} deep; a config nests a few levels")
+            else:
+                child = [item, iter(_items(item)), 1, _path(at, key, node)]
+                break
+            if frame[2] > limit:
+                raise ValueError(f"{at or 'the config'}: {too_big.format(limit)}")
+        if child is not None:
+            opened.add(id(child[0]))
+            stack.append(child)
+            continue
+        stack.pop()  # counted whole
+        opened.discard(id(node))
+        counted[id(node)] = frame[2]
+        if stack:
+            stack[-1][2] += frame[2]
+            if stack[-1][2] > limit:
+                raise ValueError(f"{stack[-1][3] or 'the config'}: {too_big.format(limit)}")
 
 
 # ---------------------------------------------------------------------------------------------------- class names
@@ -116,16 +194,22 @@ EXPLORATION_SCHEDULER = (
 
 def _unknown(what: str, word: str, choices: Iterable[str]) -> str:
     """``unknown <what> 'word'. Did you mean 'x'?`` (the hint only when one is close)."""
-    hint = _did_you_mean(word, choices)
+    hint = did_you_mean(word, choices)
     return f"unknown {what} '{word}'.{hint}" if hint else f"unknown {what} '{word}'"
 
 
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """`` Did you mean 'x'?`` with ``x`` the closest of ``choices`` to ``word`` (ignoring case); empty when none is."""
-    choices = list(choices)
-    lower = {choice.lower(): choice for choice in choices}
-    close = difflib.get_close_matches(word.lower(), list(lower), n=1)
-    return f" Did you mean '{lower[close[0]]}'?" if close else ""
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The one of ``choices`` closest to ``word`` (ignoring case), None when none is close: the package's one
+    did-you-mean, for every unknown name (env, scenario, class, key, option, command)."""
+    lower = {str(choice).lower(): str(choice) for choice in choices}
+    close = difflib.get_close_matches(str(word).lower(), list(lower), n=1)
+    return lower[close[0]] if close else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` Did you mean 'x'?`` with ``x`` the :func:`closest` of ``choices`` to ``word``; empty when none is close."""
+    close = closest(word, choices)
+    return f" Did you mean '{close}'?" if close is not None else ""
 
 
 def _import(path: str) -> Any:
@@ -144,7 +228,7 @@ def lookup_name(where: str, name: str, known: Iterable[str], *, paths: Mapping[s
         dotted = (paths or {}).get(candidate, "").replace(":", ".").lower()
         if wanted in (candidate.lower(), dotted):
             return candidate
-    raise ValueError(f"{where}: unknown class '{name}'.{_did_you_mean(name, known)} Known: {', '.join(known)}")
+    raise ValueError(f"{where}: unknown class '{name}'.{did_you_mean(name, known)} Known: {', '.join(known)}")
 
 
 def resolve_class(where: str, value: Any, kind: str) -> Any:
@@ -160,7 +244,7 @@ def resolve_class(where: str, value: Any, kind: str) -> Any:
     if isinstance(value, dict):
         return {key: resolve_class(f"{where}.{key}", item, kind) for key, item in value.items()}
     if not isinstance(value, str):
-        raise ValueError(f"{where}: expected the name of a {kind} class or null, got {_shown(value)}")
+        raise ValueError(f"{where}: expected the name of a {kind} class or null, got {shown(value)}")
     if value.strip() in ("None", "none", "null", ""):
         return None
     table = CLASSES[kind]
@@ -196,9 +280,21 @@ _NAMES = {
 _SEQUENCES = (list, tuple, collections.abc.Iterable, collections.abc.Sequence)
 
 
-def _shown(value: Any) -> str:
-    """A received value as an error shows it: strings with their type, as a quoted number looks like a number."""
-    return f"{value!r} (str)" if isinstance(value, str) else repr(value)
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 3, 80, 80
+_BRIEF.maxlist = _BRIEF.maxtuple = _BRIEF.maxdict = _BRIEF.maxset = 8
+
+
+def brief(value: Any) -> str:
+    """``repr(value)`` with long strings and big or deep containers cut short (``[1, 2, ...]``): a message stays one
+    short line, and costs little, whatever the value (YAML aliases can make a small file a huge value)."""
+    return _BRIEF.repr(value)
+
+
+def shown(value: Any) -> str:
+    """A received value as an error shows it (:func:`brief`): strings with their type, as a quoted number looks like
+    a number."""
+    return f"{brief(value)} (str)" if isinstance(value, str) else brief(value)
 
 
 def describe(annotation: Any, plural: bool = False) -> str:
@@ -307,9 +403,9 @@ def check_value(where: str, value: Any, annotation: Any) -> Any:
             whole = number.is_integer() and not _match(number, annotation)[0]
             why = f"; write {int(number)}" if whole else "; write the number without quotes"
     elif isinstance(value, str):  # a misspelt choice
-        hint = _did_you_mean(value, [arg for arg in _literals(annotation) if isinstance(arg, str)])
+        hint = did_you_mean(value, [arg for arg in _literals(annotation) if isinstance(arg, str)])
         why = f".{hint}" if hint else ""
-    raise ValueError(f"{where}: expected {describe(annotation)}, got {_shown(value)}{why}")
+    raise ValueError(f"{where}: expected {describe(annotation)}, got {shown(value)}{why}")
 
 
 def _literals(annotation: Any) -> list[Any]:
@@ -405,9 +501,11 @@ def check_arguments(
         if key in filled:
             raise ValueError(f"{where}.{key}: the Runner sets {key} of {label} itself; leave it out")
         if key not in known:
-            raise ValueError(
-                f"{where}.{key}: {label} takes no argument '{key}'.{_did_you_mean(key, known)} "
-                f"Its arguments: {', '.join(sorted(known))}"
+            raise _UnknownKey(
+                f"{where}.{key}: {label} takes no argument '{key}'.{did_you_mean(key, known)} "
+                f"Its arguments: {', '.join(sorted(known))}",
+                section=where,
+                key=key,
             )
         annotation = (annotations or {}).get(key, known[key].annotation)
         fitted[key] = check_value(f"{where}.{key}", value, annotation)
@@ -486,7 +584,8 @@ def _refusal(node: ast.AST, names: set[str], calls: tuple[str, ...], *, index: b
     if isinstance(node, ast.Constant):
         value = node.value
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if number or (index and (isinstance(value, str) or value is Ellipsis)) else f"constant {value!r}"
+        allowed = number or (index and (isinstance(value, str) or value is Ellipsis))
+        return None if allowed else f"constant {brief(value)}"
     if isinstance(node, (ast.Tuple, ast.List)):
         return first(*node.elts, index=index)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
@@ -514,7 +613,7 @@ def check_expression(where: str, text: Any, *, names: Iterable[str], calls: tupl
     :raises ValueError: Naming the field, the expression and the first part that is not allowed.
     """
     if not isinstance(text, str):
-        raise ValueError(f"{where}: expected an expression such as OBSERVATIONS (a string), got {_shown(text)}")
+        raise ValueError(f"{where}: expected an expression such as OBSERVATIONS (a string), got {shown(text)}")
     names = set(names)
     try:
         tree = ast.parse(text.strip(), mode="eval")
@@ -524,7 +623,7 @@ def check_expression(where: str, text: Any, *, names: Iterable[str], calls: tupl
         reason = _refusal(tree.body, names, calls)
     if reason:
         raise ValueError(
-            f"{where}: {text!r} is not a network expression skrl documents ({reason}); a config never runs code: use "
+            f"{where}: {brief(text)} is not a network expression skrl documents ({reason}); a config never runs code: use "
             f"{', '.join(sorted(names))}, numbers, arithmetic, subscripts and {', '.join(calls)}(...)"
         )
     return text
@@ -536,7 +635,7 @@ def _check_layer(where: str, layer: Any) -> None:
     if isinstance(layer, int) and not isinstance(layer, bool) and layer > 0 or layer == "flatten":
         return
     if not (isinstance(layer, dict) and len(layer) == 1 and next(iter(layer)) in _LAYER_KEYS):
-        raise ValueError(f"{where}: expected {expected}, got {_shown(layer)}")
+        raise ValueError(f"{where}: expected {expected}, got {shown(layer)}")
     kind, spec = next(iter(layer.items()))
     at = f"{where}.{kind}"
     plain = int | bool | list[int] | tuple[int, ...]  # what a list form holds (skrl writes the items as they are)
@@ -545,16 +644,16 @@ def _check_layer(where: str, layer: Any) -> None:
     if isinstance(spec, list):
         limit = {"linear": 2, "conv2d": 5, "flatten": 2}[kind]
         if len(spec) > limit:
-            raise ValueError(f"{at}: a {kind} list holds at most {limit} values, got {spec!r}")
+            raise ValueError(f"{at}: a {kind} list holds at most {limit} values, got {shown(spec)}")
         for i, item in enumerate(spec):
             check_value(f"{at}[{i}]", item, plain)
         return
     if not isinstance(spec, dict):
-        raise ValueError(f"{at}: expected a list or a mapping of {kind} arguments, got {_shown(spec)}")
+        raise ValueError(f"{at}: expected a list or a mapping of {kind} arguments, got {shown(spec)}")
     for key, value in spec.items():
         if key not in _LAYER_KEYS[kind]:
             raise ValueError(
-                f"{at}.{key}: not a {kind} argument skrl reads.{_did_you_mean(str(key), _LAYER_KEYS[kind])} "
+                f"{at}.{key}: not a {kind} argument skrl reads.{did_you_mean(str(key), _LAYER_KEYS[kind])} "
                 f"Arguments: {', '.join(sorted(_LAYER_KEYS[kind]))}"
             )
         words = _LAYER_WORDS.get(key)
@@ -562,7 +661,7 @@ def _check_layer(where: str, layer: Any) -> None:
             if value in words or (key.startswith("padding") and value.lower() in words):
                 continue
             raise ValueError(
-                f"{at}.{key}: expected an integer or one of {', '.join(sorted(words))}, got {_shown(value)}"
+                f"{at}.{key}: expected an integer or one of {', '.join(sorted(words))}, got {shown(value)}"
             )
         check_value(f"{at}.{key}", value, plain)
 
@@ -571,13 +670,15 @@ def _check_activations(where: str, activations: Any, layers: int) -> None:
     if isinstance(activations, str):
         activations = [activations]
     if not isinstance(activations, list):
-        raise ValueError(f"{where}: expected an activation name or a list of them, got {_shown(activations)}")
+        raise ValueError(f"{where}: expected an activation name or a list of them, got {shown(activations)}")
     if len(activations) not in (0, 1, layers):
-        raise ValueError(f"{where}: give one activation for all layers or one per layer ({layers}), got {activations}")
+        raise ValueError(
+            f"{where}: give one activation for all layers or one per layer ({layers}), got {shown(activations)}"
+        )
     for i, name in enumerate(activations):
         if not (isinstance(name, str) and name.lower() in SKRL_ACTIVATIONS):
             raise ValueError(
-                f"{where}[{i}]: unknown activation {_shown(name)}.{_did_you_mean(str(name), SKRL_ACTIVATIONS)} "
+                f"{where}[{i}]: unknown activation {shown(name)}.{did_you_mean(str(name), SKRL_ACTIVATIONS)} "
                 f"skrl's: {', '.join(SKRL_ACTIVATIONS)}"
             )
 
@@ -590,25 +691,27 @@ def check_network(where: str, network: Any) -> list[str]:
     """
     if not isinstance(network, list) or not network:
         raise ValueError(
-            f"{where}: expected a list of containers ({{name, input, layers, activations}}), got {_shown(network)}"
+            f"{where}: expected a list of containers ({{name, input, layers, activations}}), got {shown(network)}"
         )
     keys = ("name", "input", "layers", "activations")
     names: list[str] = []
     for i, container in enumerate(network):
         at = f"{where}[{i}]"
         if not isinstance(container, dict):
-            raise ValueError(f"{at}: expected a container ({{name, input, layers, activations}}), got {container!r}")
+            raise ValueError(
+                f"{at}: expected a container ({{name, input, layers, activations}}), got {shown(container)}"
+            )
         for key in container:
             if key not in keys:
                 raise ValueError(
-                    f"{at}.{key}: not a container key.{_did_you_mean(str(key), keys)} Keys: {', '.join(keys)}"
+                    f"{at}.{key}: not a container key.{did_you_mean(str(key), keys)} Keys: {', '.join(keys)}"
                 )
         for key in keys[:3]:
             if key not in container:
                 raise ValueError(f"{at}: a container needs '{key}'")
         name = container["name"]
         if not (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)):
-            raise ValueError(f"{at}.name: expected a Python identifier (letters, digits, _), got {_shown(name)}")
+            raise ValueError(f"{at}.name: expected a Python identifier (letters, digits, _), got {shown(name)}")
         if name in _RESERVED or name in names or any(token in name for token in NETWORK_TOKENS):
             raise ValueError(
                 f"{at}.name: '{name}' is taken (an earlier container, a token or a name in skrl's generated code); "
@@ -617,7 +720,7 @@ def check_network(where: str, network: Any) -> list[str]:
         check_expression(f"{at}.input", container["input"], names=[*NETWORK_TOKENS, *names], calls=INPUT_CALLS)
         layers = container["layers"]
         if not isinstance(layers, list):
-            raise ValueError(f"{at}.layers: expected a list of layers, got {_shown(layers)}")
+            raise ValueError(f"{at}.layers: expected a list of layers, got {shown(layers)}")
         for j, layer in enumerate(layers):
             _check_layer(f"{at}.layers[{j}]", layer)
         _check_activations(f"{at}.activations", container.get("activations", []), len(layers))
@@ -646,17 +749,60 @@ MADDPG_AGENT_KEYS: dict[str, Any] = {"exploration_noise_kwargs": dict, "smooth_r
 """skrl 2.x DDPG/TD3 keys: the noise class's arguments (the Runner builds the noise)."""
 
 
+def _section_error(where: str, value: Any) -> ValueError:
+    return ValueError(f"{where}: expected a section (a mapping of keys to values), got {shown(value)}")
+
+
 def _section(where: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a section (a mapping of keys to values), got {_shown(value)}")
+        raise _section_error(where, value)
     return value
+
+
+class _UnknownKey(ValueError):
+    """A key its section does not take (``section`` empty: a top-level key); :func:`check_config` names the section
+    that takes it, if one does."""
+
+    def __init__(self, message: str, *, section: str, key: Any) -> None:
+        super().__init__(message)
+        self.section, self.key = section, key
+
+
+_KINDS = {
+    "agent": "an agent key",
+    "agent.experiment": "a key of agent.experiment",
+    "memory": "a memory argument",
+    "trainer": "a trainer argument",
+    "models.policy": "a model argument",
+}
+"""The sections :func:`places_of` finds a key in, as a message names what the key is there."""
+
+
+def _misplaced(error: _UnknownKey, *, cfg_class: type, models: Mapping[str, Any]) -> str | None:
+    """``trainer.learning_rate: 'learning_rate' is an agent key: write it as agent.learning_rate`` for a key that
+    ``error``'s section does not take and another section does; None when no other section takes it."""
+    section, key = error.section, str(error.key)
+    role = section.startswith("models.") and section.count(".") == 1  # models.<role>: a model's arguments
+    if not (role or section in ("", "models", *_KINDS)):
+        return None  # the arguments of a class a key names (agent.learning_rate_scheduler_kwargs)
+    here = "models.policy" if role else section
+    places = [
+        place
+        for place in places_of(key, cfg_classes=[cfg_class], models=models, close=False)
+        if place.rpartition(".")[0] != here
+    ]
+    if not places:
+        return None
+    what = " and ".join(dict.fromkeys(_KINDS[place.rpartition(".")[0]] for place in places))
+    writes = [f"{place} (or under another model)" if place.startswith("models.") else place for place in places]
+    return f"{f'{section}.{key}' if section else key}: '{key}' is {what}: write it as {' or '.join(writes)}"
 
 
 def _class_name(where: str, section: dict[str, Any], known: Mapping[str, Any]) -> str:
     """The known class ``section["class"]`` names, spelled as ``known`` spells it."""
     name = section["class"]
     if not isinstance(name, str):
-        raise ValueError(f"{where}.class: expected a class name, got {_shown(name)}")
+        raise ValueError(f"{where}.class: expected a class name, got {shown(name)}")
     return lookup_name(f"{where}.class", name, known)
 
 
@@ -686,7 +832,7 @@ def check_agent(
         if key == "exploration_scheduler":
             raise ValueError(EXPLORATION_SCHEDULER)
         if key not in known:
-            raise unknown_key_error(owner, key, list(current))
+            raise _UnknownKey(str(unknown_key_error(owner, key, list(current))), section="agent", key=key)
         if key in CLASS_FIELDS:
             value = resolve_class(where, value, CLASS_FIELDS[key])
         elif key.endswith("_kwargs") and value is None:
@@ -718,7 +864,8 @@ def _check_experiment(section: dict[str, Any], *, owner: str, cfg_class: type) -
     fitted = {}
     for key, value in section.items():
         if key not in known:
-            raise unknown_key_error(f"{owner} cfg.experiment", key, list(known))
+            error = unknown_key_error(f"{owner} cfg.experiment", key, list(known))
+            raise _UnknownKey(str(error), section="agent.experiment", key=key)
         fitted[key] = check_value(f"agent.experiment.{key}", value, known[key].annotation)
     return fitted
 
@@ -745,11 +892,14 @@ def check_models(
             fitted[role] = check_value(where, value, bool)
             continue
         if not (isinstance(role, str) and role.isidentifier() and not keyword.iskeyword(role)):
-            raise ValueError(f"{where}: a model role must be a Python identifier (letters, digits, _), got {role!r}")
+            raise ValueError(
+                f"{where}: a model role must be a Python identifier (letters, digits, _), got {brief(role)}"
+            )
         if value is None and allow_null:
             fitted[role] = None
             continue
-        value = _section(where, value)
+        if not isinstance(value, dict):  # a key of another section, maybe (models: {rollouts: 64})
+            raise _UnknownKey(str(_section_error(where, value)), section="models", key=role)
         if "class" not in value:  # the Runner's builders say which role needs one
             fitted[role] = value
             continue
@@ -774,7 +924,7 @@ def check_models(
                 raise ValueError(
                     f"models.{role}.class: with models.separate false skrl builds one shared model from its "
                     f"instantiators, so the class must be one of {', '.join(SKRL_INSTANTIATORS)}; got "
-                    f"{value.get('class')!r} (or set separate: true)"
+                    f"{brief(value.get('class'))} (or set separate: true)"
                 )
     return fitted
 
@@ -799,36 +949,65 @@ def check_config(
     :param possible_agents: Agent names (keys of per-agent dicts).
     :param activations: The ``activation`` names this package's own models take.
 
-    :raises ValueError: One line naming the field, what it expects and what it got.
+    :raises ValueError: One line naming the field, what it expects and what it got; for a key another section takes
+        (``trainer.learning_rate``), that section (``write it as agent.learning_rate``); for a config of more than
+        :data:`MAX_VALUES` values once its aliases are expanded, the part that holds them.
     """
     if not isinstance(cfg, dict):
-        raise ValueError(f"config: expected a mapping of sections ({', '.join(SECTIONS)}), got {_shown(cfg)}")
+        raise ValueError(f"config: expected a mapping of sections ({', '.join(SECTIONS)}), got {shown(cfg)}")
+    check_size("", cfg)
     checked = copy.copy(cfg)
     for key, value in cfg.items():
-        if key not in SECTIONS:
-            raise ValueError(
-                f"{key}: unknown config section.{_did_you_mean(str(key), SECTIONS)} Sections: {', '.join(SECTIONS)}"
+        try:
+            checked[key] = _check_section(
+                key,
+                value,
+                owner=owner,
+                cfg_class=cfg_class,
+                algorithm=algorithm,
+                models=models,
+                possible_agents=possible_agents,
+                activations=activations,
             )
-        if key == "seed":
-            checked[key] = check_value("seed", value, int | None)
-        elif key == "models":
-            checked[key] = check_models(value, models=models, allow_null=algorithm == "maddpg", activations=activations)
-        elif key == "agent":
-            checked[key] = check_agent(
-                value, owner=owner, cfg_class=cfg_class, algorithm=algorithm, possible_agents=possible_agents
-            )
-        else:  # memory, trainer: a class and its arguments
-            section = dict(_section(key, value))
-            table = CLASSES[key]
-            if "class" in section:
-                section["class"] = _class_name(key, section, table)
-            label = section.get("class") or next(iter(table))
-            values = {k: v for k, v in section.items() if k != "class"}
-            args = check_arguments(
-                key, values, _import(table[label]), label=label, filled=FILLED_ARGUMENTS.get(key, ())
-            )
-            checked[key] = {**({"class": section["class"]} if "class" in section else {}), **args}
+        except _UnknownKey as e:
+            raise ValueError(_misplaced(e, cfg_class=cfg_class, models=models) or str(e)) from None
     return checked
+
+
+def _check_section(
+    key: Any,
+    value: Any,
+    *,
+    owner: str,
+    cfg_class: type,
+    algorithm: str,
+    models: Mapping[str, Any],
+    possible_agents: Iterable[str],
+    activations: Iterable[str],
+) -> Any:
+    """One top-level entry of a Runner config, checked as :func:`check_config` says."""
+    if key not in SECTIONS:
+        raise _UnknownKey(
+            f"{key}: unknown config section.{did_you_mean(str(key), SECTIONS)} Sections: {', '.join(SECTIONS)}",
+            section="",
+            key=key,
+        )
+    if key == "seed":
+        return check_value("seed", value, int | None)
+    if key == "models":
+        return check_models(value, models=models, allow_null=algorithm == "maddpg", activations=activations)
+    if key == "agent":
+        return check_agent(
+            value, owner=owner, cfg_class=cfg_class, algorithm=algorithm, possible_agents=possible_agents
+        )
+    section = dict(_section(key, value))  # memory, trainer: a class and its arguments
+    table = CLASSES[key]
+    if "class" in section:
+        section["class"] = _class_name(key, section, table)
+    label = section.get("class") or next(iter(table))
+    values = {k: v for k, v in section.items() if k != "class"}
+    args = check_arguments(key, values, _import(table[label]), label=label, filled=FILLED_ARGUMENTS.get(key, ()))
+    return {**({"class": section["class"]} if "class" in section else {}), **args}
 
 
 def places_of(key: str, *, cfg_classes: Iterable[type], models: Mapping[str, Any], close: bool = True) -> list[str]:
@@ -852,8 +1031,8 @@ def places_of(key: str, *, cfg_classes: Iterable[type], models: Mapping[str, Any
     }
     every = sorted(set().union(*sections.values()))
     if key not in every:
-        closest = difflib.get_close_matches(key, every, n=1) if close else []
-        if not closest:
+        near = closest(key, every) if close else None
+        if near is None:
             return []
-        key = closest[0]
+        key = near
     return [f"{section}.{key}" for section, keys in sections.items() if key in keys]

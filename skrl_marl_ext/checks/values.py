@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
+
+from skrl_marl_ext.checks.configs import did_you_mean
 
 
 def unknown_key_error(owner: str, key: str, known: list[str]) -> ValueError:
     """``owner: unknown config key 'key'. Did you mean '<closest>'? Valid keys: ...`` (the Runner's check uses it too)."""
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    return ValueError(f"{owner}: unknown config key '{key}'.{hint} Valid keys: {', '.join(sorted(known))}")
+    return ValueError(
+        f"{owner}: unknown config key '{key}'.{did_you_mean(key, known)} Valid keys: {', '.join(sorted(known))}"
+    )
 
 
 def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:

@@ -28,7 +28,7 @@ Modules, one job each:
 - :mod:`.build`: env and Runner, and their errors as one-line usage errors;
 - :mod:`.training`: ``train`` and its ``torchrun`` set-up; :mod:`.loop`: its loop over env steps (checkpoint hook,
   clean stop on a signal); :mod:`.resume`: ``train --resume``;
-- :mod:`.run_folder`: ``run.json``, ``episodes.csv``, the learning curve, the summary line, the run's lock;
+- :mod:`.run_folder`: ``run.json``, ``episodes.csv``, the learning curve, the summary, the run's lock;
 - :mod:`.evaluation`: ``eval`` and ``export``; :mod:`.errors`: how the command fails.
 """
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from skrl_marl_ext.checks.configs import did_you_mean
 from skrl_marl_ext.cli.errors import UsageError
 
 
@@ -15,7 +16,8 @@ def check_device(device: str) -> None:
         if torch.device(device).type == "cuda" and not torch.cuda.is_available():
             raise UsageError(f"--device {device}: CUDA is not available here; use --device cpu")
     except RuntimeError:
-        raise UsageError(f"--device {device}: not a torch device (cpu, cuda, cuda:1, ...)") from None
+        hint = did_you_mean(device, ("cpu", "cuda", "mps", "xpu"))
+        raise UsageError(f"--device {device}: not a torch device.{hint} Devices: cpu, cuda, cuda:1, ...") from None
 
 
 def build_env(spec: str, *, num_envs: int, device: str, seed: int | None, env_kwargs: dict[str, Any]):

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import difflib
 import os
 from importlib import resources
 from typing import Any
 
 from skrl_marl_ext import distributed
-from skrl_marl_ext.checks.configs import check_value, yaml_float
-from skrl_marl_ext.cli.errors import UsageError, did_you_mean
+from skrl_marl_ext.checks.configs import brief, check_size, check_value, closest, did_you_mean, shown, yaml_float
+from skrl_marl_ext.cli.errors import UsageError
 from skrl_marl_ext.cli.parser import DEFAULT_TIMESTEPS
 
 CONFIG_SECTIONS = ("agent", "models", "memory", "trainer")
@@ -25,7 +24,10 @@ def check_algorithm(algo: str) -> None:
     from skrl_marl_ext.runner import ALGORITHM_NAMES, load_algorithm
 
     if algo not in ALGORITHM_NAMES:
-        raise UsageError(f"--algo {algo}: unknown algorithm; choose one of {', '.join(ALGORITHM_NAMES)}")
+        raise UsageError(
+            f"--algo {algo}: unknown algorithm.{did_you_mean(algo, ALGORITHM_NAMES)} Choose one of "
+            f"{', '.join(ALGORITHM_NAMES)}"
+        )
     try:
         load_algorithm(algo)
     except ValueError as e:
@@ -48,22 +50,38 @@ def shipped_configs() -> list[str]:
 
 def load_config(path: str) -> dict[str, Any]:
     """Read a Runner YAML file, or the package's config of that name (``happo_mamujoco``) where no such file exists;
-    raise :class:`UsageError` naming the problem."""
+    raise :class:`UsageError` naming the file and the problem (unreadable, not UTF-8, not YAML, too big once its
+    aliases are expanded, not a Runner config)."""
     import yaml
 
     if not os.path.isfile(path):
         name = path.removesuffix(".yaml")
         if name not in shipped_configs():
             raise UsageError(
-                f"--config {path}: no such file, nor a config of the package ({', '.join(shipped_configs())})"
+                f"--config {path}: no such file, nor a config of the package.{did_you_mean(name, shipped_configs())} "
+                f"The package's: {', '.join(shipped_configs())}"
             )
         text = resources.files("skrl_marl_ext").joinpath("configs", f"{name}.yaml").read_text()
         return yaml.safe_load(text)
     try:
-        with open(path) as file:
-            cfg = yaml.safe_load(file)
+        with open(path, "rb") as file:
+            cfg = yaml.safe_load(file)  # bytes: YAML's own encodings (UTF-8, or UTF-16 with its mark)
+    except OSError as e:
+        raise UsageError(f"--config {path}: cannot be read ({e.strerror or e})") from None
+    except yaml.reader.ReaderError as e:  # a byte that is not UTF-8, or a control character
+        if e.encoding == "unicode":  # PyYAML's mark of a character YAML does not allow
+            what = f"the control character U+{e.character:04X} at character {e.position} is not allowed in YAML"
+            raise UsageError(f"--config {path}: {what}; remove it (is it a text file?)") from None
+        what = f"not UTF-8 text (byte 0x{e.character:02x} at offset {e.position})"
+        raise UsageError(f"--config {path}: {what}; save it as UTF-8") from None
     except yaml.YAMLError as e:
         raise UsageError(f"--config {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise UsageError(f"--config {path}: nested too deeply to read; a config nests a few levels") from None
+    try:
+        check_size("", cfg)
+    except ValueError as e:
+        raise UsageError(f"--config {path}: {e}") from None
     if not isinstance(cfg, dict) or not isinstance(cfg.get("agent"), dict):
         raise UsageError(f"--config {path}: expected skrl Runner sections (models, memory, agent, trainer)")
     return cfg
@@ -83,20 +101,28 @@ def _floats(value: Any) -> Any:
     return value
 
 
-def parse_value(text: str, *, item: str) -> Any:
+def parse_value(text: str, *, item: str, name: str) -> Any:
     """A command-line value read as YAML (``true``, ``[256,256]``, ``{a: 1}``; ``1e-3`` is a float too).
 
     :param text: The text after ``=``.
-    :param item: The whole argument, named in the error.
+    :param item: The argument as an error names it (``'agent.rollouts=64'``).
+    :param name: The key it sets (``agent.rollouts``).
 
-    :raises UsageError: When ``text`` is not YAML.
+    :raises UsageError: When ``text`` is not YAML, or holds too much once its aliases are expanded.
     """
     import yaml
 
     try:
-        return _floats(yaml.safe_load(text))
+        value = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise UsageError(f"'{item}': the value is not valid YAML ({str(e).splitlines()[0]}); quote it") from None
+        raise UsageError(f"{item}: the value is not valid YAML ({str(e).splitlines()[0]}); quote it") from None
+    except RecursionError:
+        raise UsageError(f"{item}: the value is nested too deeply to read; a config nests a few levels") from None
+    try:
+        check_size(name, value)  # before anything expands its aliases
+    except ValueError as e:
+        raise UsageError(f"{item}: {e}") from None
+    return _floats(value)
 
 
 def parse_env_args(items: list[str]) -> dict[str, Any]:
@@ -105,8 +131,8 @@ def parse_env_args(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
-            raise UsageError(f"--env-arg '{item}': write KEY=VALUE, e.g. --env-arg max_cycles=25")
-        kwargs[key] = parse_value(value, item=item)
+            raise UsageError(f"--env-arg {brief(item)}: write KEY=VALUE, e.g. --env-arg max_cycles=25")
+        kwargs[key] = parse_value(value, item=f"--env-arg {brief(item)}", name=key)
     return kwargs
 
 
@@ -133,9 +159,9 @@ def _corrected(head: str) -> list[str]:
     empty when there is no guess."""
     first, dot, rest = head.partition(".")
     exact = [] if first in CONFIG_SECTIONS else _places(first, close=False)
-    close = difflib.get_close_matches(first, CONFIG_SECTIONS, n=1)
+    close = closest(first, CONFIG_SECTIONS)
     if close and not exact:
-        return [f"{close[0]}{dot}{rest}"]
+        return [f"{close}{dot}{rest}"]
     return [f"{place}{dot}{rest}" for place in exact or _places(first, close=True)]
 
 
@@ -155,7 +181,7 @@ def _section_hint(item: str, path: tuple[str, ...], text: str) -> str:
     """Why ``item`` names no section: a key without its section (``learning_rate=1e-3``, which is
     ``agent.learning_rate=1e-3``) or a misspelt section (``agnet.``)."""
     sections = f"Sections: {', '.join(CONFIG_SECTIONS)}"
-    if not _places(path[0], close=False) and difflib.get_close_matches(path[0], CONFIG_SECTIONS, n=1):
+    if not _places(path[0], close=False) and closest(path[0], CONFIG_SECTIONS):
         return f"'{item}': unknown config section '{path[0]}'.{did_you_mean(path[0], CONFIG_SECTIONS)} {sections}"
     guess = _guess(_corrected(".".join(path)), text)
     return f"'{item}': '{path[0]}' is not a config section; an override names the section of its key.{guess} {sections}"
@@ -180,7 +206,7 @@ def parse_overrides(items: list[str]) -> list[tuple[str, tuple[str, ...], Any]]:
             raise UsageError(_section_hint(item, path, text))
         if len(path) < 2:
             raise UsageError(f"'{item}': name a key inside {path[0]}, e.g. {path[0]}.KEY=VALUE")
-        overrides.append((item, path, parse_value(text, item=item)))
+        overrides.append((item, path, parse_value(text, item=brief(item), name=".".join(path))))
     return overrides
 
 
@@ -211,7 +237,7 @@ def apply_overrides(cfg: dict[str, Any], overrides: list[tuple[str, tuple[str, .
                 child = node[key] = {}
             elif not isinstance(child, dict):
                 where = ".".join(path[: depth + 1])
-                raise UsageError(f"'{item}': {where} is {child!r} in the config, not a section with keys")
+                raise UsageError(f"'{item}': {where} is {shown(child)} in the config, not a section with keys")
             node = child
         node[path[-1]] = value
     return cfg

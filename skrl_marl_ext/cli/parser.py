@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+
+from skrl_marl_ext.checks.configs import did_you_mean
 
 DEFAULT_ENV = "vmas:balance"
 DEFAULT_NUM_ENVS = 128
@@ -19,9 +23,72 @@ OVERRIDES_HELP = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser taking whole option names only (``--num-env`` is not taken for ``--num-envs``), and naming
+    the closest option, command or choice to one it does not know, with the usage of the command it was typed to
+    (exit status 2). Its sub-command parsers are of this class too."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.commands: argparse._SubParsersAction | None = None
+        self.typed: list[str] = []
+
+    def add_subparsers(self, **kwargs):
+        self.commands = super().add_subparsers(**kwargs)
+        return self.commands
+
+    def parse_known_args(self, args=None, namespace=None):
+        self.typed = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self.typed, namespace)
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an argument no option takes is reported by the command it was typed to."""
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(namespace, "command", None) if self.commands is not None else None
+            parser = self.commands.choices.get(command, self) if command else self
+            parser.error(parser.unrecognized(extras))
+        return namespace
+
+    def error(self, message: str):
+        # a missing required option (eval --checkpoint) after a misspelt one: the misspelling is the news
+        unknown = self.unknown_options(self.typed)
+        if unknown and self.commands is None and message.startswith("the following arguments are required"):
+            message = self.unrecognized(unknown)
+        super().error(message)
+
+    def _check_value(self, action, value):
+        if action.choices is not None and value not in action.choices:
+            choices = [str(choice) for choice in action.choices]
+            raise argparse.ArgumentError(
+                action, f"invalid choice '{value}'.{did_you_mean(value, choices)} Choose from {', '.join(choices)}"
+            )
+
+    def unknown_options(self, args: list[str]) -> list[str]:
+        """The arguments of ``args`` that look like options this parser does not have."""
+        unknown = []
+        for arg in args:
+            if arg == "--":
+                break
+            name = arg.partition("=")[0]
+            if arg.startswith("-") and not re.fullmatch(r"-[\d.]+", arg) and name not in self._option_string_actions:
+                unknown.append(arg)
+        return unknown
+
+    def unrecognized(self, extras: list[str]) -> str:
+        """Why ``extras`` were not taken: the first unknown option and the closest this parser has."""
+        unknown = self.unknown_options(extras)
+        if not unknown:
+            return f"unrecognized arguments: {' '.join(extras)}"
+        name = unknown[0].partition("=")[0]
+        options = [option for option in self._option_string_actions if option.startswith("--")]
+        return f"unrecognized option '{name}'.{did_you_mean(name, options)} All options: {self.prog} --help"
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The ``skrl-marl`` parser; every option's help states its default."""
-    parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
+    parser = Parser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(commands)
     _add_eval_parser(commands)

@@ -1,4 +1,4 @@
-"""The folder of a ``train`` run: its name, ``run.json``, ``episodes.csv``, the learning curve, the summary lines, and
+"""The folder of a ``train`` run: its name, ``run.json``, ``episodes.csv``, the learning curve, the summary, and
 the lock that lets one process at a time train into it.
 
 ``run.json`` holds what ``eval`` and ``train --resume`` need to rebuild env and agent; it is written when training
@@ -17,8 +17,10 @@ import itertools
 import json
 import os
 import re
+import shlex
 import socket
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -452,18 +454,37 @@ def train_summary(
     seconds: float,
     resumed_from: int = 0,
 ) -> str:
-    """The summary line of ``train``; also puts ``first`` and ``final`` (mean returns) into ``paths``."""
+    """The summary of ``train``, a few lines that fit 80 columns (paths aside), with the run's paths relative to the
+    working directory; also puts ``first`` and ``final`` (mean returns) into ``paths``."""
     tenth = max(1, len(episodes) // 10)
     paths["first"], paths["final"] = mean_return(episodes[:tenth]), mean_return(episodes[-tenth:])
     returns = (
-        f"mean episode return per agent, first 10% of episodes {paths['first']:.2f} -> last 10% {paths['final']:.2f}"
+        f"mean return per agent: {paths['first']:.2f} -> {paths['final']:.2f} (first -> last 10% of episodes)"
         if episodes
         else "no episode finished"
     )
-    run_dir = paths["run_dir"]
-    resumed = f", resumed from step {resumed_from} of {run['timesteps']}," if resumed_from else ""
-    return (
-        f"skrl-marl: trained {run['algo']} on {run['env']} for {frames} frames{resumed} in {seconds:.0f} s "
-        f"({returns}); run: {run_dir} | checkpoint: {paths['checkpoint']} | plot: {paths['plot']} | "
-        f"tensorboard --logdir {run_dir}"
-    )
+    run_dir = shown_path(paths["run_dir"])
+    files = [os.path.relpath(paths[key], paths["run_dir"]) for key in ("checkpoint", "plot", "episodes")]
+    wrap = {"width": 80, "subsequent_indent": "    ", "break_long_words": False, "break_on_hyphens": False}
+    words = [  # wrapped at 80 columns (a long env spec); the paths are not, to be copied whole
+        f"skrl-marl: trained {run['algo']} on {run['env']} for {frames} frames in {seconds:.0f} s",
+        *([f"resumed from step {resumed_from} of {run['timesteps']}"] if resumed_from else []),
+        returns,
+    ]
+    lines = [textwrap.fill(line, initial_indent="" if i == 0 else "  ", **wrap) for i, line in enumerate(words)]
+    lines += [
+        f"  run folder: {run_dir}",
+        f"  in it: {', '.join(files)}, {RUN_FILE}",
+        f"  tensorboard --logdir {shlex.quote(run_dir)}",
+    ]
+    return "\n".join(lines)
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies inside it, else absolute (as a user types it next)."""
+    path = os.path.abspath(path)
+    try:
+        here = os.getcwd()
+    except OSError:  # the working directory was removed
+        return path
+    return os.path.relpath(path, here) if os.path.commonpath([path, here]) == here else path

@@ -80,7 +80,7 @@ class _Plan:
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
-    """``skrl-marl train``: returns the paths written (also printed as one summary line, by rank 0).
+    """``skrl-marl train``: returns the paths written (also printed as a short summary, by rank 0).
 
     With ``--resume RUN_DIR`` the run in ``RUN_DIR`` goes on from its latest intact checkpoint (see
     :func:`~skrl_marl_ext.cli.resume.resume_point`). One process at a time trains into a run folder (its lock is held
@@ -209,7 +209,7 @@ def _unique_models(agent) -> list[torch.nn.Module]:
 
 class _RunRecord:
     """The run folder kept current as the run goes (by rank 0 alone: ``writes``): ``run.json`` and ``episodes.csv``
-    before the first step, at each checkpoint and at a stop; the final checkpoint, plot and summary line at the end."""
+    before the first step, at each checkpoint and at a stop; the final checkpoint, plot and summary at the end."""
 
     def __init__(self, plan: _Plan, env, *, writes: bool) -> None:
         self.plan, self.env, self.writes = plan, env, writes
@@ -255,16 +255,16 @@ class _RunRecord:
 
     def finished(self, agent, result: dict[str, Any], *, seconds: float, checksums: torch.Tensor) -> None:
         """Rank 0: write the final checkpoint, ``run.json``, ``episodes.csv`` and plot (their paths go into
-        ``result``); print the summary line."""
+        ``result``); print the summary."""
         plan, run, world = self.plan, self.plan.run, distributed.world_size()
         episodes = self.episodes()
         final = os.path.join(plan.run_dir, "checkpoints", FINAL_CHECKPOINT)
         run.update(status="finished", step=plan.total, checkpoint=final)
         run["train_seconds"] = round(self.seconds_before + seconds, 2)
         result.update(write_run(agent, run, plan.run_dir, episodes))
-        ranks = "" if world == 1 else f"; {world} ranks, parameters identical"
+        ranks = "" if world == 1 else f"\n  {world} ranks, parameters identical"
         if not result["ranks_agree"]:
-            ranks = f"; {world} ranks, error: parameters differ across ranks (checksums {checksums.tolist()})"
+            ranks = f"\n  {world} ranks, error: parameters differ across ranks (checksums {checksums.tolist()})"
         frames = (plan.total - plan.done) * run["num_envs"] * world
         summary = train_summary(run, result, episodes, frames=frames, seconds=seconds, resumed_from=plan.done)
         print(summary + ranks)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from skrl_marl_ext.checks.configs import did_you_mean
 from skrl_marl_ext.envs.pettingzoo_batched import BatchedParallelEnvWrapper
 
 SCENARIOS = (
@@ -59,8 +60,8 @@ def parse_mamujoco_name(name: str) -> tuple[str, str | None]:
 def _check_scenario(scenario: str) -> None:
     if scenario not in SCENARIOS:
         raise ValueError(
-            f"unknown MaMuJoCo scenario '{scenario}'; write mamujoco:<scenario>-<agent_conf> (e.g. mamujoco:Ant-4x2) "
-            f"with a scenario of: {', '.join(SCENARIOS)}"
+            f"unknown MaMuJoCo scenario '{scenario}'.{did_you_mean(scenario, SCENARIOS)} Write "
+            f"mamujoco:<scenario>-<agent_conf> (e.g. mamujoco:Ant-4x2) with a scenario of: {', '.join(SCENARIOS)}"
         )
 
 

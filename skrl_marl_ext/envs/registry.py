@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
+
+from skrl_marl_ext.checks.configs import closest, did_you_mean
 
 BUILTIN_ENVS = ("spread", "memory")
 KINDS = ("vmas", "pettingzoo", "mamujoco", "builtin")
@@ -37,8 +40,10 @@ def make_env(
     """
     kind, _, name = spec.partition(":")
     if not name or kind not in KINDS:
+        near = closest(kind, KINDS) if name else None
+        hint = f" Did you mean '{near}:{name}'?" if near else ""
         raise ValueError(
-            f"bad env '{spec}': write vmas:<scenario> (e.g. vmas:balance), pettingzoo:<module> "
+            f"bad env '{spec}'.{hint} Write vmas:<scenario> (e.g. vmas:balance), pettingzoo:<module> "
             "(e.g. pettingzoo:mpe2.simple_spread_v3), mamujoco:<scenario>-<agent_conf> (e.g. mamujoco:HalfCheetah-2x3) "
             "or builtin:<name> (builtin envs: " + ", ".join(BUILTIN_ENVS) + ")"
         )
@@ -56,11 +61,17 @@ def make_env(
         scenario, agent_conf = parse_mamujoco_name(name)
         return make_mamujoco_env(scenario, agent_conf, num_envs=num_envs, device=device, seed=seed, **kwargs)
     if name not in BUILTIN_ENVS:
-        raise ValueError(f"unknown builtin env '{name}'; builtin envs: {', '.join(BUILTIN_ENVS)}")
-    if name == "memory":
-        from skrl_marl_ext.envs.memory import make_memory_env
+        raise ValueError(
+            f"unknown builtin env '{name}'.{did_you_mean(name, BUILTIN_ENVS)} Builtin envs: {', '.join(BUILTIN_ENVS)}"
+        )
+    from skrl_marl_ext.envs.memory import MemoryEnv, make_memory_env
+    from skrl_marl_ext.envs.spread import SpreadEnv, make_spread_env
 
-        return make_memory_env(num_envs=num_envs, device=device, seed=seed, **kwargs)
-    from skrl_marl_ext.envs.spread import make_spread_env
-
-    return make_spread_env(num_envs=num_envs, device=device, seed=seed, **kwargs)
+    env_class, make = (MemoryEnv, make_memory_env) if name == "memory" else (SpreadEnv, make_spread_env)
+    known = [key for key in inspect.signature(env_class).parameters if key not in ("num_envs", "device", "seed")]
+    for key in kwargs:
+        if key not in known:
+            raise ValueError(
+                f"builtin:{name} takes no argument '{key}'.{did_you_mean(key, known)} Its arguments: {', '.join(known)}"
+            )
+    return make(num_envs=num_envs, device=device, seed=seed, **kwargs)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from skrl.utils.spaces.torch import compute_space_size, flatten_tensorized_space, tensorize_space
 
+from skrl_marl_ext.checks.configs import did_you_mean
 from skrl_marl_ext.envs.base import BatchedWrapper
 from skrl_marl_ext.keys import FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
 
@@ -217,7 +218,9 @@ def make_vmas_env(
 
     names = sorted(set(vmas.scenarios) | set(getattr(vmas, "mpe_scenarios", [])) | set(vmas.debug_scenarios))
     if isinstance(scenario, str) and scenario not in names:
-        raise ValueError(f"unknown VMAS scenario '{scenario}'; valid scenarios: {', '.join(names)}")
+        raise ValueError(
+            f"unknown VMAS scenario '{scenario}'.{did_you_mean(scenario, names)} Valid scenarios: {', '.join(names)}"
+        )
     env = vmas.make_env(
         scenario,
         num_envs=num_envs,
