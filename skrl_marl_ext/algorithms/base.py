@@ -287,11 +287,8 @@ class GroupedMultiAgent(MultiAgent):
         """The trainer's ``timestep`` (from 0) and ``timesteps`` (steps it runs) as the run's: both plus the steps
         completed when the agent was initialised or loaded. Every public entry point shifts them once, so the
         algorithm's schedules, skrl's checkpoint names and TensorBoard steps all continue a loaded run."""
-        offset = self._timestep_offset
-        return (
-            None if timestep is None else timestep + offset,
-            None if timesteps is None else timesteps + offset,
-        )
+        shift = self._timestep_offset
+        return (None if timestep is None else timestep + shift), (None if timesteps is None else timesteps + shift)
 
     def _recorded_step(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         """``record_transition``'s arguments (its ``locals()``) as the step the algorithm stores: the timesteps shifted

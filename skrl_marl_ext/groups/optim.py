@@ -122,8 +122,7 @@ class Adam(torch.optim.Adam):
                 if tensor is not None:
                     out.append(tensor.mT if flip else tensor)
             tensors[5].append(state["step"])
-        hyper = {k: group[k] for k in ADAM_SETTINGS}
-        beta1, beta2 = hyper.pop("betas")
+        (beta1, beta2), hyper = group["betas"], {k: group[k] for k in ADAM_SETTINGS if k != "betas"}
         flags = {flag: group[flag] for flag in ("foreach", "capturable", "differentiable", "fused")}
         scaler = {"grad_scale": getattr(self, "grad_scale", None), "found_inf": getattr(self, "found_inf", None)}
         adam_step(*tensors, lr=lr, beta1=beta1, beta2=beta2, **hyper, **flags, **scaler)  # scaler: set by a GradScaler
@@ -257,21 +256,21 @@ class UpdateSteps:
     mini-batch loop there; the next epoch tries again). At the end of each epoch each agent's scheduler steps,
     a ``KLAdaptiveLR`` with the agent's mean KL over the epoch's mini-batches (the one that stopped it included, as
     skrl's); with mixed precision, not for an agent all of whose steps of the epoch the grad scaler skipped (inf/NaN
-    gradients: no training). :attr:`taken` counts the steps each agent took, for the per-agent means the update tracks.
+    gradients: no training).
+
+    Read by the update: :attr:`stepping` and :attr:`live`, the agents still stepping in the epoch as flags and as
+    weights ``(K,)``; :attr:`taken`, the steps each agent took in the update ``(K,)``, for the per-agent means it
+    tracks; :attr:`count`, the optimiser steps of the update. With a ``KLAdaptiveLR``, :attr:`kl` holds the epoch's KL
+    sum and count of each agent still stepping ``(2, K)``.
     """
 
     def __init__(self, optimizer: Adam, schedulers: list, *, kl_threshold: float, scaler: Any) -> None:
         self.optimizer, self.schedulers, self.kl_threshold, self.scaler = optimizer, schedulers, kl_threshold, scaler
         self.taken = torch.zeros(optimizer.agents, device=optimizer.param_groups[0]["params"][0].device)
-        """The steps each agent took in the update, ``(K,)``."""
-        self.count = 0
-        """Optimiser steps of the update (mini-batches stepped)."""
-        self.kl = None
-        """With a ``KLAdaptiveLR``: the epoch's KL sum and count of each agent still stepping, ``(2, K)``."""
+        self.count, self.kl = 0, None
 
     def start_epoch(self) -> None:
         self.stepping, self.live = [True] * self.optimizer.agents, torch.ones_like(self.taken)
-        """The agents still stepping in the epoch, as flags and as weights ``(K,)``."""
         if any(isinstance(scheduler, KLAdaptiveLR) for scheduler in self.schedulers):
             self.kl = torch.zeros(2, len(self.live), device=self.live.device)
         if self.scaler.is_enabled() and self.schedulers:  # mixed precision: one host read, to tell skipped steps
