@@ -1,6 +1,6 @@
 """The cost of one optimiser step of a batched group's Adam (``G`` agents with models of their own, stacked).
 
-Each agent has a policy and a value MLP (``--obs``, ``--hidden``; PPO's two parameter groups) whose parameters are
+Each agent has a policy and a value MLP (``--obs``, ``--state``, ``--hidden``; PPO's two parameter groups) whose parameters are
 stacked ``(G, ...)`` as a batched group stacks them (:class:`skrl_marl_ext.groups.stacked.StackedModules`). Gradients
 are random and set before each step, outside the timing. Three cases of what the agents' own optimisers would do:
 
@@ -52,9 +52,10 @@ def mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers[:-1])
 
 
-def agents_models(G: int, obs: int, hidden: list[int]) -> list[nn.ModuleDict]:
+def agents_models(G: int, obs: int, hidden: list[int], state: int | None = None) -> list[nn.ModuleDict]:
     torch.manual_seed(0)
-    return [nn.ModuleDict({"policy": mlp([obs, *hidden, 2]), "value": mlp([obs * G, *hidden, 1])}) for _ in range(G)]
+    state = state or obs
+    return [nn.ModuleDict({"policy": mlp([obs, *hidden, 2]), "value": mlp([state, *hidden, 1])}) for _ in range(G)]
 
 
 def rates_of(case: str, G: int, base: float = 3e-4) -> list[float]:
@@ -126,7 +127,7 @@ def loop_optimizers(models, case, lr):
 
 def check(G, case, args) -> float:
     """Largest difference of the package's Adam from ``G`` torch Adams over ``--steps`` steps, same gradients."""
-    models = agents_models(G, args.obs, args.hidden)
+    models = agents_models(G, args.obs, args.hidden, args.state)
     reference = copy.deepcopy(models)
     optimizer, params = stacked_optimizer(models, case, args.lr)
     loop = loop_optimizers(reference, case, args.lr)
@@ -154,7 +155,7 @@ def run(args) -> list[dict]:
     rows = []
     for G in args.agents:
         for case in CASES:
-            models = agents_models(G, args.obs, args.hidden)
+            models = agents_models(G, args.obs, args.hidden, args.state)
             optimizer, params = stacked_optimizer(models, case, args.lr)
 
             def step(t, optimizer=optimizer, case=case, G=G):
@@ -165,7 +166,7 @@ def run(args) -> list[dict]:
             rows.append(row(args, G, case, args.label, runs, check(G, case, args)))
             if args.only_ours:
                 continue
-            models = agents_models(G, args.obs, args.hidden)
+            models = agents_models(G, args.obs, args.hidden, args.state)
             loop = loop_optimizers(models, case, args.lr)
             flat = [p for m in models for p in [*m["policy"].parameters(), *m["value"].parameters()]]
 
@@ -178,7 +179,7 @@ def run(args) -> list[dict]:
             runs = time_steps(loop_step, flat, grads_for(flat, args.steps), repeats=args.repeats)
             rows.append(row(args, G, case, "torch-loop", runs, None))
             if case == "equal":  # one rate: one torch Adam over the stacked tensors
-                models = agents_models(G, args.obs, args.hidden)
+                models = agents_models(G, args.obs, args.hidden, args.state)
                 params = StackedModules([m["policy"] for m in models]).parameters()
                 params += StackedModules([m["value"] for m in models]).parameters()
                 fused = torch.optim.Adam(params, lr=args.lr, fused=True)
@@ -188,7 +189,7 @@ def run(args) -> list[dict]:
                 rows.append(row(args, G, case, "torch-fused", runs, None))
     if args.baseline:  # the other checkout's Adam, in a child process that imports that checkout
         command = [sys.executable, os.path.abspath(__file__), "--only-ours", "--label", "baseline", "--json"]
-        command += [f"--{k}={v}" for k, v in (("agents", ",".join(map(str, args.agents))), ("obs", args.obs))]
+        command += [f"--agents={','.join(map(str, args.agents))}", f"--obs={args.obs}", f"--state={args.state}"]
         command += [f"--hidden={','.join(map(str, args.hidden))}", f"--steps={args.steps}", f"--repeats={args.repeats}"]
         command += [f"--threads={args.threads}", f"--lr={args.lr}"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([args.baseline, os.environ.get("PYTHONPATH", "")]))
@@ -211,6 +212,7 @@ def row(args, G, case, variant, runs, difference) -> dict:
         "median_us": round(statistics.median(runs), 1),
         "max_abs_difference_to_torch_loop": "" if difference is None else f"{difference:.2e}",
         "threads": torch.get_num_threads(),
+        "load_average": round(os.getloadavg()[0], 1),
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "date": datetime.date.today().isoformat(),
@@ -228,7 +230,8 @@ def row(args, G, case, variant, runs, difference) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", default="8,32", help="comma-separated numbers of agents")
-    parser.add_argument("--obs", type=int, default=16, help="observation size (the value model reads G of them)")
+    parser.add_argument("--obs", type=int, default=16, help="observation size (the policy's input)")
+    parser.add_argument("--state", type=int, default=16, help="state size (the value model's input)")
     parser.add_argument("--hidden", default="64,64", help="hidden layer widths")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--steps", type=int, default=50, help="steps per timed run (and of the check)")
