@@ -136,22 +136,21 @@ class Adam(torch.optim.Adam):
             return
         device, K, dtype = params[0].device, self.agents, params[0].dtype
         (beta1, beta2), eps, weight_decay = group["betas"], group["eps"], group["weight_decay"]
-        live = (
-            torch.ones(K, device=device) if agents is None else torch.tensor(agents, dtype=torch.float32, device=device)
-        )
+        flags = [True] * K if agents is None else list(agents)
+        live = torch.tensor(flags, dtype=torch.float64, device=device)
         for state in states:  # each agent's count from now on
             if state["step"].dim() == 0:
                 state["step"] = state["step"].expand(K).clone()
         steps = [state["step"] for state in states]
-        torch._foreach_add_(steps, [live.to(steps[0].device)] * len(steps))
-        # the per-agent scalars in float64, as torch's kernels take them (1 - beta2**t loses digits in float32); the
-        # step size folded into the denominator: p -= m / ((sqrt(v) / sqrt(1 - beta2**t) + eps) * (1 - beta1**t) / lr),
-        # infinite (no step) for the agents left out
-        lr, count = torch.tensor(rates, dtype=torch.float64, device=device), steps[0].to(device, torch.float64)
+        torch._foreach_add_(steps, [live.to(steps[0])] * len(steps))
+        # per agent, in float64 as torch's kernels take them (1 - beta2**t loses digits in float32): the moments'
+        # weights, and the step folded into the denominator, p -= m / ((sqrt(v) / sqrt(1 - beta2**t) + eps) * (1 -
+        # beta1**t) / lr); for an agent left out the weights are 0 and the denominator infinite (no step)
+        lr = torch.tensor(rates, dtype=torch.float64, device=device)
+        count = steps[0].to(device, torch.float64).clamp(min=1)  # an agent that never stepped: no 0 / 0
         size, root = lr / (1 - beta1**count), (1 - beta2**count).sqrt()
-        scale = torch.where(live > 0, 1 / (root * size), 0.0).to(dtype)
-        shift = torch.where(live > 0, eps / size, torch.inf).to(dtype)
-        live = live.to(dtype)
+        scalars = [(1 - beta1) * live, (1 - beta2) * live, live / (root * size), eps / size / live]
+        first, second, scale, shift = torch.stack(scalars).to(dtype)
 
         def per_agent(x: torch.Tensor) -> list[torch.Tensor]:  # (K,) as (K, 1, ...) against each parameter
             return [x.view(K, *[1] * (p.dim() - 1)) for p in params]
@@ -166,8 +165,8 @@ class Adam(torch.optim.Adam):
         elif weight_decay:
             grads = torch._foreach_add(grads, params, alpha=weight_decay)
         exp_avgs, exp_avg_sqs = [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
-        torch._foreach_lerp_(exp_avgs, grads, per_agent((1 - beta1) * live))
-        torch._foreach_lerp_(exp_avg_sqs, torch._foreach_mul(grads, grads), per_agent((1 - beta2) * live))
+        torch._foreach_lerp_(exp_avgs, grads, per_agent(first))
+        torch._foreach_lerp_(exp_avg_sqs, torch._foreach_mul(grads, grads), per_agent(second))
         if group["amsgrad"]:
             exp_avg_sqs = [s["max_exp_avg_sq"] for s in states]
             torch._foreach_maximum_(exp_avg_sqs, [s["exp_avg_sq"] for s in states])
