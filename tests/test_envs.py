@@ -427,3 +427,25 @@ def test_episode_recorder_counts_returns():
         total += rewards["agent_0"].view(-1)
     assert [step for step, _ in env.episodes] == [4, 4, 4, 8, 8, 8]
     assert np.isclose(sum(r["agent_1"] for _, r in env.episodes), float(total.sum()), atol=1e-4)
+
+
+def test_episode_recorder_keeps_the_newest_or_none_and_hands_every_episode_on():
+    handed = []
+    spread_env = wrap_env(SpreadEnv(num_envs=3, num_agents=2, episode_length=4, seed=0), wrapper="isaaclab")
+    env = EpisodeRecorder(spread_env, keep=2, on_episodes=lambda step, returns: handed.append((step, returns)))
+    env.reset()
+    total = torch.zeros(3, 2)
+    for _ in range(8):
+        _, rewards, *_ = env.step({u: torch.zeros(3, 2) for u in env.possible_agents})
+        total += torch.cat([rewards[u].view(-1, 1) for u in env.possible_agents], dim=1)
+    assert [step for step, _ in handed] == [4, 8] and env.finished == 6
+    assert [len(returns) for _, returns in handed] == [3, 3]
+    assert np.allclose(np.sum([r for _, returns in handed for r in returns], axis=0), total.sum(dim=0), atol=1e-4)
+    assert [step for step, _ in env.episodes] == [8, 8]  # the newest two
+    assert env.episodes[-1][1] == dict(zip(env.possible_agents, handed[-1][1][-1], strict=True))
+
+    none = EpisodeRecorder(wrap_env(SpreadEnv(num_envs=3, num_agents=2, episode_length=4), wrapper="isaaclab"), keep=0)
+    none.reset()
+    for _ in range(8):
+        none.step({u: torch.zeros(3, 2) for u in none.possible_agents})
+    assert none.episodes == [] and none.finished == 6

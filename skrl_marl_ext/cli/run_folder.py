@@ -1,16 +1,14 @@
-"""The folder of a ``train`` run: its name, ``run.json``, ``episodes.csv``, the learning curve, the summary lines, and
-the lock that lets one process at a time train into it.
+"""The folder of a ``train`` run: its name, ``run.json``, the learning curve, the summary lines, and the lock that
+lets one process at a time train into it.
 
 ``run.json`` holds what ``eval`` and ``train --resume`` need to rebuild env and agent; it is written when training
 starts and again at each checkpoint, so a run stopped at any moment can be resumed. ``episodes.csv`` holds every
-finished episode's return per agent; ``checkpoints/final.pt`` the agent at the end. Every file is written whole or not
-at all (:mod:`skrl_marl_ext.checkpoints.files`).
+finished episode's return per agent, appended as episodes end (:mod:`.episodes`); ``checkpoints/final.pt`` the agent at
+the end. Every other file is written whole or not at all (:mod:`skrl_marl_ext.checkpoints.files`).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import json
 import os
@@ -23,6 +21,7 @@ from typing import Any
 import torch
 
 from skrl_marl_ext.checkpoints.files import write_atomic, write_text
+from skrl_marl_ext.cli.episodes import EPISODES_FILE, EpisodeStats
 from skrl_marl_ext.cli.errors import UsageError
 
 RUN_FILE = "run.json"
@@ -30,7 +29,8 @@ FINAL_CHECKPOINT = "final.pt"
 LOCK_FILE = "train.lock"
 
 Episodes = list[tuple[int, dict[str, float]]]
-"""``(step, {agent: return})`` of finished episodes, as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them."""
+"""``(step, {agent: return})`` of finished episodes, as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them
+(``eval``'s)."""
 
 
 def run_name(algo: str, env_spec: str) -> str:
@@ -186,48 +186,23 @@ def latest_checkpoint(run_dir: str, *, option: str) -> tuple[int, str]:
     raise UsageError(f"{option}: no intact checkpoint in {folder} to start from")
 
 
-def write_run(agent, run: dict[str, Any], run_dir: str, episodes: Episodes) -> dict[str, str]:
-    """Write the final checkpoint, ``run.json``, ``episodes.csv`` and the learning curve of ``episodes``; return their
-    paths."""
+def write_run(agent, run: dict[str, Any], run_dir: str, episodes: EpisodeStats) -> dict[str, str]:
+    """Write the final checkpoint, ``run.json`` and the learning curve of ``episodes``; return their paths and that
+    of ``episodes.csv`` (written as the episodes ended)."""
     checkpoint = os.path.join(run_dir, "checkpoints", FINAL_CHECKPOINT)
     os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
     agent.save(checkpoint)
     write_run_file(run_dir, run)
-    episodes_csv = os.path.join(run_dir, "episodes.csv")
-    write_episodes(episodes, run["num_envs"], episodes_csv)
     plot = os.path.join(run_dir, "learning_curve.png")
     title = f"{run['algo'].upper()} on {run['env']} ({run['num_envs']} envs)"
-    plot_learning_curve(episodes, num_envs=run["num_envs"], path=plot, title=title)
-    return {"checkpoint": checkpoint, "plot": plot, "episodes": episodes_csv}
+    plot_learning_curve(episodes, path=plot, title=title)
+    return {"checkpoint": checkpoint, "plot": plot, "episodes": os.path.join(run_dir, EPISODES_FILE)}
 
 
-def write_episodes(episodes: Episodes, num_envs: int, path: str) -> None:
-    """Write ``step, frames, <agent>...`` rows, one per finished episode."""
-    agents = list(episodes[0][1]) if episodes else []
-    text = io.StringIO(newline="")
-    writer = csv.writer(text)
-    writer.writerow(["step", "frames", *agents])
-    for step, returns in episodes:
-        writer.writerow([step, step * num_envs, *(f"{returns[uid]:.6g}" for uid in agents)])
-    write_text(path, text.getvalue())
+def plot_learning_curve(episodes: EpisodeStats, *, path: str, title: str) -> None:
+    """Plot the mean episode return (mean over agents, and each agent's) against env frames, in the equal step
+    windows of ``episodes`` (:func:`~skrl_marl_ext.cli.episodes.read_stats`).
 
-
-def read_episodes(run_dir: str) -> Episodes:
-    """The episodes of ``run_dir/episodes.csv`` (none when it has no such file)."""
-    path = os.path.join(run_dir, "episodes.csv")
-    if not os.path.isfile(path):
-        return []
-    with open(path, newline="") as file:
-        rows = list(csv.DictReader(file))
-    agents = lambda row: [k for k in row if k not in ("step", "frames")]  # noqa: E731
-    return [(int(row["step"]), {uid: float(row[uid]) for uid in agents(row)}) for row in rows]
-
-
-def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: str, bins: int = 50) -> None:
-    """Plot the mean episode return (mean over agents) against env frames, in ``bins`` equal step windows.
-
-    :param episodes: ``(step, {agent: return})`` as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them.
-    :param num_envs: Envs per step (frames = step * num_envs).
     :param path: PNG file to write.
     :param title: Figure title.
     """
@@ -237,12 +212,10 @@ def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    if episodes:
-        agents = list(episodes[0][1])
-        xs, means, per_agent = _binned_returns(episodes, agents, num_envs=num_envs, bins=bins)
-        for i, uid in enumerate(agents):
-            ax.plot(xs, per_agent[:, i].tolist(), linewidth=0.8, alpha=0.4, label=uid)
-        ax.plot(xs, means, color="black", linewidth=2.0, label="mean over agents")
+    if episodes.count:
+        for i, uid in enumerate(episodes.agents):
+            ax.plot(episodes.frames, [row[i] for row in episodes.per_agent], linewidth=0.8, alpha=0.4, label=uid)
+        ax.plot(episodes.frames, episodes.means, color="black", linewidth=2.0, label="mean over agents")
         ax.legend(fontsize=8)
     ax.set_xlabel("env frames (steps x envs)")
     ax.set_ylabel("episode return per agent")
@@ -255,25 +228,6 @@ def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: 
         plt.close(fig)
 
 
-def _binned_returns(
-    episodes: Episodes, agents: list[str], *, num_envs: int, bins: int
-) -> tuple[list[float], list[float], torch.Tensor]:
-    """``(frames at each non-empty bin's end, mean return, per-agent mean returns (bins, agents))`` of the episodes
-    grouped into ``bins`` equal step windows."""
-    steps = torch.tensor([step for step, _ in episodes], dtype=torch.float64)
-    returns = torch.tensor([[r[uid] for uid in agents] for _, r in episodes], dtype=torch.float64)
-    edges = torch.linspace(0, float(steps.max()), bins + 1)
-    which = torch.bucketize(steps, edges[1:-1], right=True)
-    xs, means, per_agent = [], [], []
-    for b in range(bins):
-        rows = returns[which == b]
-        if len(rows):
-            xs.append(float(edges[b + 1]) * num_envs)
-            per_agent.append(rows.mean(dim=0))
-            means.append(float(rows.mean()))
-    return xs, means, torch.stack(per_agent)
-
-
 def return_stats(episodes: Episodes) -> dict[str, tuple[float, float]]:
     """``{agent or "team": (mean, std)}`` over episodes; the team return is the sum of the agents' returns."""
     agents = list(episodes[0][1])
@@ -283,28 +237,20 @@ def return_stats(episodes: Episodes) -> dict[str, tuple[float, float]]:
     return {key: (float(c.mean()), float(c.std(unbiased=False))) for key, c in columns.items()}
 
 
-def mean_return(episodes: Episodes) -> float:
-    """Mean over episodes of the mean over agents of the episode return (nan without episodes)."""
-    if not episodes:
-        return float("nan")
-    return sum(sum(r.values()) / len(r) for _, r in episodes) / len(episodes)
-
-
 def train_summary(
     run: dict[str, Any],
     paths: dict[str, Any],
-    episodes: Episodes,
+    episodes: EpisodeStats,
     *,
     frames: int,
     seconds: float,
     resumed_from: int = 0,
 ) -> str:
     """The summary line of ``train``; also puts ``first`` and ``final`` (mean returns) into ``paths``."""
-    tenth = max(1, len(episodes) // 10)
-    paths["first"], paths["final"] = mean_return(episodes[:tenth]), mean_return(episodes[-tenth:])
+    paths["first"], paths["final"] = episodes.first, episodes.final
     returns = (
         f"mean episode return per agent, first 10% of episodes {paths['first']:.2f} -> last 10% {paths['final']:.2f}"
-        if episodes
+        if episodes.count
         else "no episode finished"
     )
     run_dir = paths["run_dir"]
