@@ -45,6 +45,7 @@ from skrl_marl_ext.groups.optim import clip_grad_norm_per_agent_
 from skrl_marl_ext.groups.preprocessors import StackedPreprocessor
 from skrl_marl_ext.keys import AGENT_MASK_KEY
 from skrl_marl_ext.preprocessors import identity, make_preprocessor
+from skrl_marl_ext.tracking import TrackingData
 
 
 def make_grad_scaler(device_type: str, enabled: bool):
@@ -139,6 +140,7 @@ class GroupedMultiAgent(Masks, MultiAgent):
             cfg=cfg,
         )
         self._device_type = torch.device(self.device).type
+        self.tracking_data = TrackingData()  # skrl's lists, bounded however long the write interval
         self.groups: list[AgentGroup] = []
         self.group_of: dict[str, AgentGroup] = {}
         self._input_check = InputCheck.of(self)  # act and record_transition: every step the first's shapes
