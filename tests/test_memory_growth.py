@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -39,3 +38,27 @@ def test_tracked_values_stay_bounded_and_reduce_as_all_of_them(algo):
     agent.tracking_data.clear()  # as skrl's write does
     agent.track_data("Loss / Policy loss", 1.5)
     assert agent.tracking_data["Loss / Policy loss"] == [1.5]  # below the bound: every value, as skrl keeps it
+
+
+SECONDS, WARMUP = 180.0, 45.0
+BOUND_KIB_PER_1000_STEPS = 8 * 1024
+"""Keeping every episode in memory grew this run by 24-25 MiB per 1000 steps (64 episodes a step, about 380 bytes
+each); without it, 0.7-1.4 MiB (the slope of a noisy series, on a loaded 2-core machine): the bound lies between,
+three times under the former."""
+
+
+@pytest.mark.slow  # a training run of three minutes in its own process
+def test_cli_run_resident_memory_stays_flat(tmp_path):
+    """``skrl-marl train`` with TensorBoard on (the default) and 4-step episodes (64 a step: a cost per episode shows
+    at once), its RSS sampled every second: after the warm-up, RSS grows by less than the bound per 1000 steps.
+
+    glibc moves its threshold for serving large blocks from their own pages as tensors are freed, which swings RSS by
+    tens of MiB within a rollout; the run fixes that threshold (``MALLOC_MMAP_THRESHOLD_``) so RSS follows what is
+    alive (``benchmarks/rss_growth.py`` measures a run as users start it)."""
+    train = ["--env", "builtin:spread", "--num-envs", "256", "--env-arg", "episode_length=4", "--threads", "1"]
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "MALLOC_MMAP_THRESHOLD_": "131072"}
+    samples, err = measure(train, seconds=SECONDS, interval=1.0, out_dir=str(tmp_path), env=env)
+    result = growth(samples, warmup=WARMUP)
+    assert result["steps"] >= 500, (result, err[-500:])  # enough steps for a slope
+    assert result["kib_per_1000_steps"] < BOUND_KIB_PER_1000_STEPS, result

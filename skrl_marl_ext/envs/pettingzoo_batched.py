@@ -201,7 +201,9 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         if isinstance(space, gymnasium.spaces.Box):
             expected = str(space.shape)
         else:
-            expected = f"what fits observation_space('{uid}') {space}{f' ({reason})' if reason else ''}"
+            expected = f"what fits observation_space('{uid}') {space}"
+        if reason:
+            expected += f" ({' '.join(reason.split())})"
         return self._contract_error(
             f"observation of agent '{uid}'",
             index,
