@@ -28,10 +28,8 @@ class TrackedValues(list):
 
     def __init__(self, tag: str, limit: int = TRACKING_LIMIT) -> None:
         super().__init__()
-        self._extreme = min if tag.endswith("(min)") else max if tag.endswith("(max)") else None
-        self._limit = max(2, limit - limit % 2)
-        self._group: list[Any] = []  # a mean tag's values not yet folded into one element
-        self._group_size = 1  # values per element of a mean tag
+        self.tag, self.limit = tag, max(2, limit - limit % 2)
+        self._group, self._group_size = [], 1  # a mean tag's values not yet one element; values per element
 
     def append(self, value: Any) -> None:
         if self._group_size > 1:
@@ -40,12 +38,17 @@ class TrackedValues(list):
                 return
             value, self._group = sum(self._group) / self._group_size, []
         super().append(value)
-        if len(self) >= self._limit:
-            if self._extreme is not None:
-                self[:] = [self._extreme(self)]
-            else:
-                self[:] = [(self[i] + self[i + 1]) / 2 for i in range(0, len(self), 2)]
-                self._group_size *= 2
+        if len(self) >= self.limit:
+            self._fold()
+
+    def _fold(self) -> None:
+        if self.tag.endswith("(min)"):
+            self[:] = [min(self)]
+        elif self.tag.endswith("(max)"):
+            self[:] = [max(self)]
+        else:  # pairwise means: each element then stands for twice as many values
+            self[:] = [(self[i] + self[i + 1]) / 2 for i in range(0, len(self), 2)]
+            self._group_size *= 2
 
 
 class TrackingData(dict):
@@ -56,5 +59,4 @@ class TrackingData(dict):
         self.limit = limit
 
     def __missing__(self, tag: str) -> TrackedValues:
-        values = self[tag] = TrackedValues(tag, self.limit)
-        return values
+        return self.setdefault(tag, TrackedValues(tag, self.limit))

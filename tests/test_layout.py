@@ -79,8 +79,9 @@ def test_call_count_profiles_the_agents_calls_only():
 
 def test_one_mappo_step_stays_shallow():
     """One MAPPO step and update at the defaults (``benchmarks/call_count.py``): no deeper stack of named skrl/package
-    frames than 6, and no more distinct lines than today (537: 490 before the update became one sequence, then the
-    per-agent Adam that batches KL-adaptive learning rates, then the update's passes of some agents at a time)."""
+    frames than 6, and no more distinct lines than today (540: 490 before the update became one sequence, then the
+    per-agent Adam that batches KL-adaptive learning rates, then the update's passes of some agents at a time, then
+    the tracked values' bound, three lines of ``TrackedValues.append``)."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -90,4 +91,4 @@ def test_one_mappo_step_stays_shallow():
         sys.path.remove(str(REPO / "benchmarks"))
     counts = call_count.by_part("ours", call_count.trace("ours"))
     assert counts["depth"] <= 6, counts
-    assert counts["all"] <= 537, counts
+    assert counts["all"] <= 540, counts
