@@ -3,7 +3,8 @@
 Starts the command line in a subprocess (by default ``builtin:spread`` with 256 envs and TensorBoard on, the CLI's
 default), samples the resident set size (RSS, ``VmRSS`` of ``/proc/<pid>/status``) of that process and the step it
 reached (read from its progress bar) every ``--interval`` seconds, stops it after ``--seconds`` with SIGINT (the
-CLI's clean stop) and writes one CSV row per sample: ``seconds, step, rss_mib``.
+CLI's clean stop) and appends one CSV row per sample to ``--out``: ``label, code, date, seconds, step, rss_mib``
+(``--label`` names the run, ``code`` is the commit of the package measured).
 
 The first ``--warmup`` seconds are left out (imports, the first rollout and update allocate buffers and optimiser
 state, the allocator settles). What is reported over the rest:
@@ -15,15 +16,17 @@ RSS swings by tens of MiB within one rollout (an update allocates and frees its 
 memory back to the system or not), so medians over many samples and a slope over the whole window are compared, not
 single samples.
 
-Example (the rows in ``benchmarks/results/rss_growth.csv``)::
+Example (the rows in ``benchmarks/results/rss_growth.csv``: ``before``, the package keeping every episode and every
+tracked value between TensorBoard writes, for 10 minutes; ``after``, for 30 minutes)::
 
-    nice -n 10 python benchmarks/rss_growth.py --seconds 1800 --interval 10 --out benchmarks/results/rss_growth.csv
+    nice -n 10 python benchmarks/rss_growth.py --seconds 1800 --interval 10 --label after
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import os
 import re
 import signal
@@ -37,6 +40,8 @@ from dataclasses import dataclass
 
 DEFAULT_TRAIN = ["--env", "builtin:spread", "--num-envs", "256", "--threads", "1"]
 """The run of the issue that found the growth: MPE-style spread, 256 envs, TensorBoard on (the default)."""
+COLUMNS = ("label", "code", "date", "seconds", "step", "rss_mib")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass
@@ -137,12 +142,36 @@ def growth(samples: list[Sample], *, warmup: float) -> dict[str, float]:
     }
 
 
-def write_csv(samples: list[Sample], path: str) -> None:
+def code_version() -> str:
+    """``<short commit>`` of the repository, ``+dirty`` when skrl_marl_ext/ has uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", REPO, "status", "--porcelain", "--", "skrl_marl_ext"], capture_output=True, text=True
+        ).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def append_csv(samples: list[Sample], path: str, *, label: str, code: str, date: str) -> None:
+    """Append the samples to the CSV at ``path`` (with its header :data:`COLUMNS` when the file is new)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="") as file:
+    new = not os.path.isfile(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["seconds", "step", "rss_mib"])
-        writer.writerows([s.seconds, s.step, s.rss_mib] for s in samples)
+        if new:
+            writer.writerow(COLUMNS)
+        writer.writerows([label, code, date, s.seconds, s.step, s.rss_mib] for s in samples)
+
+
+def read_csv(path: str, *, label: str) -> list[Sample]:
+    """The samples of the run ``label`` in the CSV at ``path``."""
+    with open(path, newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row["label"] == label]
+    return [Sample(float(r["seconds"]), int(r["step"]), float(r["rss_mib"])) for r in rows]
 
 
 def main() -> None:
@@ -150,16 +179,26 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1800.0, help="how long the run is sampled")
     parser.add_argument("--interval", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--warmup", type=float, default=120.0, help="seconds left out at the start")
-    parser.add_argument("--out", default=os.path.join("benchmarks", "results", "rss_growth.csv"), help="CSV file")
+    parser.add_argument("--label", default="run", help="name of the run in the CSV")
+    parser.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", "rss_growth.csv"), help="CSV file")
+    parser.add_argument("--summarize", action="store_true", help="print the growth of each run in --out; run nothing")
     parser.add_argument(
         "train_args", nargs="*", help=f"arguments of skrl-marl train after '--' (default: {' '.join(DEFAULT_TRAIN)})"
     )
     args = parser.parse_args()
+    if args.summarize:
+        with open(args.out, newline="") as file:
+            labels = dict.fromkeys(row["label"] for row in csv.DictReader(file))
+        for label in labels:
+            result = growth(read_csv(args.out, label=label), warmup=args.warmup)
+            print(label, {key: round(value, 1) for key, value in result.items()})
+        return
+    code, date = code_version(), datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     with tempfile.TemporaryDirectory(prefix="rss-growth-") as out_dir:
         samples, _ = measure(
             args.train_args or DEFAULT_TRAIN, seconds=args.seconds, interval=args.interval, out_dir=out_dir
         )
-    write_csv(samples, args.out)
+    append_csv(samples, args.out, label=args.label, code=code, date=date)
     result = growth(samples, warmup=args.warmup)
     print(
         f"{len(samples)} samples, {result['steps']} steps after {args.warmup:.0f} s of warm-up: RSS "
