@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulty_env
 import gymnasium
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from skrl.envs.wrappers.torch import wrap_env
 from skrl.envs.wrappers.torch.isaaclab_envs import IsaacLabMultiAgentWrapper
 from skrl.trainers.torch import SequentialTrainer
 
-from skrl_marl_ext import AGENT_MASK_KEY, IPPO, MAPPO
+from skrl_marl_ext import AGENT_MASK_KEY, IPPO, MAPPO, cli
 from skrl_marl_ext.envs import BatchedParallelEnvWrapper, EpisodeRecorder, SpreadEnv, make_pettingzoo_env
 from skrl_marl_ext.keys import FINAL_STATES_KEY
 from skrl_marl_ext.models import ACTION_MASK_KEY, CategoricalMLP, GaussianMLP, ValueMLP
@@ -229,6 +230,54 @@ def test_batched_pettingzoo_float64_spaces_and_a_state_without_state_space():
     assert _dying_batch([4]).state_spaces == {"runner": None, "dier": None}  # no state(): no state
 
 
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("short_observation", r"observation of agent 'right' \(copy 1\) has shape \(3,\), expected \(4,\)"),
+        ("two_rewards", r"reward of agent 'right' \(copy 0\) has shape \(2,\), expected one number"),
+        ("long_state", r"state\(\) \(copy 0\) has shape \(9,\), expected \(8,\)"),
+        ("wide_mask", r"action mask of agent 'right' \(copy 0\) has shape \(4,\), expected \(3,\)"),
+    ],
+)
+def test_pettingzoo_env_breaking_its_contract_is_one_line_naming_agent_input_and_shapes(fault, expected):
+    # copy 1 breaks it at its first step, copy 0 (and every copy, for the other faults) too
+    faults = iter([None if fault == "short_observation" else fault, fault])
+    env = BatchedParallelEnvWrapper(lambda: faulty_env.parallel_env(next(faults)), num_envs=2)
+    env.reset()
+    actions = {uid: torch.zeros(2, 1, dtype=torch.long) for uid in env.possible_agents}
+    with pytest.raises(ValueError, match=r"^PettingZoo env faulty_v0: " + expected) as error:
+        env.step(actions)
+        env.state()
+    assert "\n" not in str(error.value) and "; make " in str(error.value)  # one line, with the fix
+
+
+def test_pettingzoo_contract_error_reaches_the_command_line_as_one_line(tmp_path, capsys):
+    argv = ["train", "--env", "pettingzoo:faulty_env", "--env-arg", "fault=two_rewards", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--num-envs", "2", "--timesteps", "4", "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "reward of agent 'right' (copy 0) has shape (2,), expected one number" in err
+
+
+def test_pettingzoo_integer_box_observations_are_float32_and_integer_box_actions_are_rounded_into_bounds(tmp_path):
+    env = make_pettingzoo_env("faulty_env", num_envs=2, dtype="uint8", int_actions=True)
+    box = gymnasium.spaces.Box(0.0, 255.0, (4,), dtype=np.float32)
+    assert env.observation_spaces == {"left": box, "right": box}
+    assert env.state_spaces["left"] == gymnasium.spaces.Box(0.0, 255.0, (8,), dtype=np.float32)
+    assert env.action_spaces["left"] == gymnasium.spaces.Box(-5.0, 5.0, (2,), dtype=np.float32)
+    observations, _ = env.reset()
+    assert observations["right"].dtype == torch.float32 and observations["right"].tolist() == [[1.0] * 4] * 2
+    env.step({uid: torch.tensor([[-7.2, 1.6], [2.4, 300.0]]) for uid in env.possible_agents})
+    received = env.envs[1].received[0]["left"]
+    assert received.dtype == np.int16 and received.tolist() == [2, 5]  # rounded, clipped, in the env's dtype
+
+
+def test_pettingzoo_uint8_observations_train_through_the_command_line(tmp_path, capsys):
+    argv = ["train", "--env", "pettingzoo:faulty_env", "--env-arg", "dtype=uint8", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--num-envs", "2", "--timesteps", "12", "--no-progress", "agent.rollouts=4"]) == 0
+    assert len(list(tmp_path.glob("*/checkpoints/final.pt"))) == 1
+
+
 def _write_package(root, name: str) -> None:
     """``name`` with ``envs/tag_v1.py`` (re-exported as ``name.tag_v1``) and ``broken_v0.py`` (a missing import)."""
     (root / name / "envs").mkdir(parents=True)
@@ -378,3 +427,25 @@ def test_episode_recorder_counts_returns():
         total += rewards["agent_0"].view(-1)
     assert [step for step, _ in env.episodes] == [4, 4, 4, 8, 8, 8]
     assert np.isclose(sum(r["agent_1"] for _, r in env.episodes), float(total.sum()), atol=1e-4)
+
+
+def test_episode_recorder_keeps_the_newest_or_none_and_hands_every_episode_on():
+    handed = []
+    spread_env = wrap_env(SpreadEnv(num_envs=3, num_agents=2, episode_length=4, seed=0), wrapper="isaaclab")
+    env = EpisodeRecorder(spread_env, keep=2, on_episodes=lambda step, returns: handed.append((step, returns)))
+    env.reset()
+    total = torch.zeros(3, 2)
+    for _ in range(8):
+        _, rewards, *_ = env.step({u: torch.zeros(3, 2) for u in env.possible_agents})
+        total += torch.cat([rewards[u].view(-1, 1) for u in env.possible_agents], dim=1)
+    assert [step for step, _ in handed] == [4, 8] and env.finished == 6
+    assert [len(returns) for _, returns in handed] == [3, 3]
+    assert np.allclose(np.sum([r for _, returns in handed for r in returns], axis=0), total.sum(dim=0), atol=1e-4)
+    assert [step for step, _ in env.episodes] == [8, 8]  # the newest two
+    assert env.episodes[-1][1] == dict(zip(env.possible_agents, handed[-1][1][-1], strict=True))
+
+    none = EpisodeRecorder(wrap_env(SpreadEnv(num_envs=3, num_agents=2, episode_length=4), wrapper="isaaclab"), keep=0)
+    none.reset()
+    for _ in range(8):
+        none.step({u: torch.zeros(3, 2) for u in none.possible_agents})
+    assert none.episodes == [] and none.finished == 6

@@ -79,9 +79,9 @@ def test_call_count_profiles_the_agents_calls_only():
 
 def test_one_mappo_step_stays_shallow():
     """One MAPPO step and update at the defaults (``benchmarks/call_count.py``): no deeper stack of named skrl/package
-    frames than 6, and no more distinct lines than today (541: 490 before the update became one sequence, 537 with the
+    frames than 6, and no more distinct lines than today (544: 490 before the update became one sequence, 537 with the
     per-agent Adam and the update's passes, then the update split into its packing, its mini-batch loss and the
-    optimiser's per-agent bookkeeping, each a step of its own)."""
+    optimiser's per-agent bookkeeping, each a step of its own, and the tracked values' bound, three lines)."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -91,7 +91,7 @@ def test_one_mappo_step_stays_shallow():
         sys.path.remove(str(REPO / "benchmarks"))
     counts = call_count.by_part("ours", call_count.trace("ours"))
     assert counts["depth"] <= 6, counts
-    assert counts["all"] <= 541, counts
+    assert counts["all"] <= 544, counts
 
 
 def test_the_design_map_names_every_module():

@@ -1,6 +1,10 @@
 """MADDPG acting and recording: discrete and continuous actions, exploration noise and its schedule, random
 timesteps, action masks, what ``record_transition`` stores."""
 
+from types import SimpleNamespace
+
+import gymnasium
+import numpy as np
 import pytest
 import torch
 from helpers import drive, make_maddpg, one_thread, spread  # noqa: F401  (one_thread: autouse)
@@ -97,6 +101,40 @@ def test_random_timesteps_act_uniformly_then_the_policy_acts(continuous):
     else:
         assert set(random["agent_0"].view(-1).tolist()) == set(range(5))
         assert after["agent_0"].shape == (512, 1)
+
+
+def test_random_timesteps_act_inside_half_bounded_and_unbounded_box_spaces():
+    """Where a bound is infinite, random actions are the exploration noise around the point nearest 0, clipped to the
+    finite bound; bounded dimensions stay uniform. ``agent_0``: ``[0, inf) x [-1, 1]``, ``agent_1``: ``R x [2, inf)``."""
+    env = spread(num_envs=4096, num_agents=2, continuous=True)
+    inf = float("inf")
+    spaces = {
+        "agent_0": gymnasium.spaces.Box(np.array([0.0, -1.0], np.float32), np.array([inf, 1.0], np.float32)),
+        "agent_1": gymnasium.spaces.Box(np.array([-inf, 2.0], np.float32), np.array([inf, inf], np.float32)),
+    }
+    spaces_of = SimpleNamespace(
+        possible_agents=env.possible_agents,
+        num_envs=env.num_envs,
+        device=env.device,
+        observation_spaces=env.observation_spaces,
+        state_spaces=env.state_spaces,
+        action_spaces=spaces,
+        observation_space=env.observation_space,
+        state_space=env.state_space,
+        action_space=spaces.__getitem__,
+    )
+    cfg = {"random_timesteps": 5, "exploration_noise": GaussianNoise(mean=0.0, std=0.5), "exploration_final_scale": 1.0}
+    agent = make_maddpg(spaces_of, cfg)
+    agent.init()
+    agent.enable_training_mode(True)
+    obs, _ = env.reset()
+    actions, _ = agent.act(obs, env.state(), timestep=0, timesteps=10)
+    (half, bounded), (free, above_2) = actions["agent_0"].unbind(-1), actions["agent_1"].unbind(-1)
+    assert half.min() == 0.0 and (half == 0.0).float().mean().item() == pytest.approx(0.5, abs=0.05)
+    assert half[half > 0].mean().item() == pytest.approx(0.5 * (2 / np.pi) ** 0.5, rel=0.1)  # half-normal, std 0.5
+    assert bounded.min() >= -1.0 and bounded.max() <= 1.0 and bounded.min() < -0.95 and bounded.max() > 0.95
+    assert free.mean().item() == pytest.approx(0.0, abs=0.05) and free.std().item() == pytest.approx(0.5, rel=0.1)
+    assert above_2.min() == 2.0 and (above_2 == 2.0).float().mean().item() == pytest.approx(0.5, abs=0.05)
 
 
 @pytest.mark.parametrize("dict_obs", [False, True])

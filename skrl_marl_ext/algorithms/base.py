@@ -41,6 +41,7 @@ from skrl_marl_ext.groups.forming import batch_groups, group_agents
 from skrl_marl_ext.groups.optim import Adam, scaled_step
 from skrl_marl_ext.keys import AGENT_MASK_KEY
 from skrl_marl_ext.preprocessors import identity
+from skrl_marl_ext.tracking import TrackingData
 
 
 def make_grad_scaler(device_type: str, enabled: bool):
@@ -123,6 +124,7 @@ class GroupedMultiAgent(MultiAgent):
             cfg=cfg,
         )
         self._device_type = torch.device(self.device).type
+        self.tracking_data = TrackingData()  # skrl's lists, bounded however long the write interval
         self.groups: list[AgentGroup] = []
         self.group_of: dict[str, AgentGroup] = {}
         self._input_check = InputCheck.of(self)  # act and record_transition: every step the first's shapes

@@ -477,7 +477,13 @@ class MADDPG(GroupedMultiAgent):
             steps = max(1, (timesteps or 0) // 3)
         return initial + (final - initial) * min(max(timestep, 0) / steps, 1.0)
 
-    def _random_actions(self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def _random_actions(
+        self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None, *, scale: float
+    ) -> torch.Tensor:
+        """``rows`` actions of ``cfg.random_timesteps``, always inside the action space: Discrete ones uniform among the
+        allowed actions; in a Box, uniform between the bounds where both are finite (as skrl's ``random_act``), and
+        where a bound is infinite the exploration noise (times ``scale``, the noise factor of the step) around the
+        point of the dimension nearest 0, clipped to its finite bound (``Box(0, inf)``: ``max(0, noise)``)."""
         if group.discrete:
             if mask is None:
                 return torch.randint(group.num_actions, (rows, 1), device=self.device)
@@ -485,9 +491,13 @@ class MADDPG(GroupedMultiAgent):
             zeros = torch.zeros(rows, group.num_actions, device=self.device)
             return gumbel_max_actions(logits=zeros, mask=mask)
         low, high = group.low, group.high
-        if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
-            return torch.randn(rows, low.numel(), device=self.device)
-        return low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
+        uniform = low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
+        bounded = torch.isfinite(low) & torch.isfinite(high)
+        if bool(bounded.all()):
+            return uniform
+        centre = torch.maximum(torch.minimum(torch.zeros_like(low), high), low)
+        noisy = centre + scale * group.noise.sample((rows, low.numel())).to(low)
+        return torch.where(bounded, uniform, torch.maximum(torch.minimum(noisy, high), low))
 
     def _act_group(
         self, group: MADDPGGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
@@ -501,7 +511,8 @@ class MADDPG(GroupedMultiAgent):
         G, n = group.size, raw_obs.shape[1]
         mask = self.action_masks.of_group(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
-            return self._random_actions(group, G * n, mask).view(G, n, -1), {}
+            scale = self._noise_scale(timestep, timesteps)
+            return self._random_actions(group, G * n, mask, scale=scale).view(G, n, -1), {}
         obs = group.preprocess("observation", raw_obs, agent_dim=0)
         raw_states = group.stack(states) if self.env_states and states else None
         group_states = None

@@ -88,7 +88,8 @@ class MADDPG_CFG(MarlCfg):
     """Keyword arguments of the state preprocessor; ``size`` and ``device`` are filled in when missing."""
 
     random_timesteps: int = 0
-    """Timesteps at the start of training during which actions are drawn uniformly from the action spaces."""
+    """Timesteps at the start of training during which actions are drawn at random inside the action spaces: uniformly
+    where bounded; where a Box bound is infinite, the exploration noise around the point nearest 0, clipped."""
 
     learning_starts: int = 0
     """Timesteps at the start of training before the first gradient step (the memories only fill)."""

@@ -1,7 +1,7 @@
 """Files written whole or not at all: a kill, a full disk or a failed write never leaves a damaged file under a name.
 
-Every file the package writes (checkpoints, ``agent.save()``, exports, a run's ``run.json``, ``episodes.csv`` and plot)
-goes through :func:`write_atomic`: the bytes go to a temporary file in the same folder, which is flushed, fsynced and
+Every file the package writes (checkpoints, ``agent.save()``, exports, a run's ``run.json`` and plot; ``episodes.csv``
+when it is started or a resume rewrites it, as it is appended in between) goes through :func:`write_atomic`: the bytes go to a temporary file in the same folder, which is flushed, fsynced and
 then renamed over the name (``os.replace``, atomic on POSIX and Windows), and the folder is fsynced so the rename
 survives a power loss. Until the rename the previous file of that name is untouched; a write that fails removes its
 temporary file and raises :class:`WriteError`, one line naming the file and the cause.

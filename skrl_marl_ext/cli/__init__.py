@@ -3,12 +3,12 @@
 ``skrl-marl train`` builds an env from a spec (``vmas:balance`` by default), the agent from a YAML config in skrl's
 Runner format (the package's default for ``--algo``, or ``--config``), and trains it through the steps of skrl's
 ``SequentialTrainer`` loop (tqdm progress bar, TensorBoard logs and checkpoints in a new run directory). It writes
-``run.json`` (what ``eval`` and ``--resume`` need to rebuild env and agent) and ``episodes.csv`` (every finished
-episode's return per agent) before the first step and at each checkpoint, and at the end ``checkpoints/final.pt`` and
-``learning_curve.png``. ``skrl-marl train --resume RUN_DIR`` continues such a run, finished or not, from the
-checkpoint its ``run.json`` records, with the run's own config, into the same folder (one process at a time).
-``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints the returns; ``skrl-marl export`` writes a
-file for skrl's own agents.
+``run.json`` (what ``eval`` and ``--resume`` need to rebuild env and agent) before the first step and at each
+checkpoint, ``episodes.csv`` (every finished episode's return per agent) as episodes end, and at the end
+``checkpoints/final.pt`` and ``learning_curve.png``. ``skrl-marl train --resume RUN_DIR`` continues such a run,
+finished or not, from the checkpoint its ``run.json`` records, with the run's own config, into the same folder (one
+process at a time). ``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints the returns;
+``skrl-marl export`` writes a file for skrl's own agents.
 
 ``SECTION.KEY=VALUE`` arguments after the options of ``train`` override the config, as BenchMARL and Hydra users
 type them (``agent.learning_rate=1e-3 models.policy.hidden_sizes=[256,256]``, values read as YAML).
@@ -28,7 +28,8 @@ Modules, one job each:
 - :mod:`.build`: env and Runner, and their errors as one-line usage errors;
 - :mod:`.training`: ``train`` and its ``torchrun`` set-up; :mod:`.loop`: its loop over env steps (checkpoint hook,
   clean stop on a signal); :mod:`.resume`: ``train --resume``;
-- :mod:`.run_folder`: ``run.json``, ``episodes.csv``, the learning curve, the summary, the run's lock;
+- :mod:`.run_folder`: ``run.json``, the learning curve, the summary, the run's lock; :mod:`.episodes`:
+  ``episodes.csv``, appended as episodes end and read back in one pass;
 - :mod:`.evaluation`: ``eval`` and ``export``; :mod:`.errors`: how the command fails.
 """
 

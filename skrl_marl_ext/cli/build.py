@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,8 +21,20 @@ def check_device(device: str) -> None:
         raise UsageError(f"--device {device}: not a torch device.{hint} Devices: cpu, cuda, cuda:1, ...") from None
 
 
-def build_env(spec: str, *, num_envs: int, device: str, seed: int | None, env_kwargs: dict[str, Any]):
-    """:func:`skrl_marl_ext.envs.make_env` behind an :class:`EpisodeRecorder`; bad specs become :class:`UsageError`."""
+def build_env(
+    spec: str,
+    *,
+    num_envs: int,
+    device: str,
+    seed: int | None,
+    env_kwargs: dict[str, Any],
+    on_episodes: Callable[[int, list[list[float]]], None] | None = None,
+):
+    """:func:`skrl_marl_ext.envs.make_env` behind an :class:`EpisodeRecorder`; bad specs become :class:`UsageError`.
+
+    :param on_episodes: Where the recorder hands the episodes as they end (training: to ``episodes.csv``), keeping
+        none in memory; None keeps them all (``eval``'s few).
+    """
     from skrl_marl_ext.envs import EpisodeRecorder, make_env
 
     check_device(device)
@@ -31,7 +44,9 @@ def build_env(spec: str, *, num_envs: int, device: str, seed: int | None, env_kw
         raise UsageError(f"--env {spec}: {e}") from None
     except TypeError as e:  # an env argument the env does not take
         raise UsageError(f"--env {spec}: {e}; check --env-arg") from None
-    return EpisodeRecorder(env)
+    if on_episodes is None:
+        return EpisodeRecorder(env)
+    return EpisodeRecorder(env, keep=0, on_episodes=on_episodes)
 
 
 def build_runner(env, cfg: dict[str, Any]):

@@ -1,18 +1,17 @@
-"""The folder of a ``train`` run: its name, ``run.json``, ``episodes.csv``, the learning curve, the summary, and
-the lock that lets one process at a time train into it.
+"""The folder of a ``train`` run: its name, ``run.json``, the learning curve, the summary, and the lock that lets
+one process at a time train into it.
 
 ``run.json`` holds what ``eval`` and ``train --resume`` need to rebuild env and agent; it is written when training
 starts and again at each checkpoint, so a run stopped at any moment can be resumed. ``episodes.csv`` holds every
-finished episode's return per agent; ``checkpoints/final.pt`` the agent at the end. Every file is written whole or not
-at all (:mod:`skrl_marl_ext.checkpoints.files`), to a new temporary file renamed over its name: a link planted under a
-name is replaced, never written through; ``train.lock``, the one file opened in place, refuses a link.
+finished episode's return per agent, appended as episodes end (:mod:`.episodes`); ``checkpoints/final.pt`` the agent at
+the end. Every other file is written whole or not at all (:mod:`skrl_marl_ext.checkpoints.files`), to a new temporary
+file renamed over its name: a link planted under a name is replaced, never written through; ``train.lock``, the one
+file opened in place, refuses a link.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import itertools
 import json
 import os
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 
 from skrl_marl_ext.checkpoints.files import WriteError, write_atomic, write_text
+from skrl_marl_ext.cli.episodes import EPISODES_FILE, EpisodeStats
 from skrl_marl_ext.cli.errors import UsageError
 
 RUN_FILE = "run.json"
@@ -34,7 +34,8 @@ FINAL_CHECKPOINT = "final.pt"
 LOCK_FILE = "train.lock"
 
 Episodes = list[tuple[int, dict[str, float]]]
-"""``(step, {agent: return})`` of finished episodes, as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them."""
+"""``(step, {agent: return})`` of finished episodes, as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them
+(``eval``'s)."""
 
 
 def run_name(algo: str, env_spec: str) -> str:
@@ -277,9 +278,9 @@ def set_aside_later_checkpoints(run_dir: str, done: int, start: str, *, option: 
 PLOT_FILE = "learning_curve.png"
 
 
-def write_run(agent, run: dict[str, Any], run_dir: str, episodes: Episodes) -> dict[str, str]:
-    """Write ``episodes.csv``, the final checkpoint, ``run.json`` and the learning curve of ``episodes``; return their
-    paths.
+def write_run(agent, run: dict[str, Any], run_dir: str, episodes: EpisodeStats) -> dict[str, str]:
+    """Write the final checkpoint, ``run.json`` and the learning curve of ``episodes``; return their paths and that
+    of ``episodes.csv`` (written as the episodes ended).
 
     ``run.json`` says the run is finished only once everything else but the plot is written, and the previous plot is
     removed before: a plot that cannot be written leaves a finished run without one, which
@@ -288,8 +289,6 @@ def write_run(agent, run: dict[str, Any], run_dir: str, episodes: Episodes) -> d
     :raises ~skrl_marl_ext.checkpoints.files.WriteError: When a file cannot be written (naming it; for the plot, also
         the command that makes it later).
     """
-    episodes_csv = os.path.join(run_dir, "episodes.csv")
-    write_episodes(episodes, run["num_envs"], episodes_csv)
     checkpoint = os.path.join(run_dir, "checkpoints", FINAL_CHECKPOINT)
     os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
     agent.save(checkpoint)
@@ -298,10 +297,10 @@ def write_run(agent, run: dict[str, Any], run_dir: str, episodes: Episodes) -> d
         os.unlink(plot)  # the earlier part's: a run.json saying "finished" beside no plot is one whose plot is due
     write_run_file(run_dir, run)
     write_plot(run, run_dir, episodes)
-    return {"checkpoint": checkpoint, "plot": plot, "episodes": episodes_csv}
+    return {"checkpoint": checkpoint, "plot": plot, "episodes": os.path.join(run_dir, EPISODES_FILE)}
 
 
-def write_plot(run: dict[str, Any], run_dir: str, episodes: Episodes) -> str:
+def write_plot(run: dict[str, Any], run_dir: str, episodes: EpisodeStats) -> str:
     """Write the run's learning curve, ``run_dir/learning_curve.png``; return its path.
 
     :raises ~skrl_marl_ext.checkpoints.files.WriteError: When it cannot be written: one line naming it and the command
@@ -310,7 +309,7 @@ def write_plot(run: dict[str, Any], run_dir: str, episodes: Episodes) -> str:
     plot = os.path.join(run_dir, PLOT_FILE)
     title = f"{run['algo'].upper()} on {run['env']} ({run['num_envs']} envs)"
     try:
-        plot_learning_curve(episodes, num_envs=run["num_envs"], path=plot, title=title)
+        plot_learning_curve(episodes, path=plot, title=title)
     except WriteError as e:
         failure = WriteError(
             f"cannot write {plot}: {e.reason}; the run is finished and its checkpoint written: make the plot with "
@@ -326,63 +325,10 @@ def plot_due(run: dict[str, Any], run_dir: str) -> bool:
     return run.get("status") == "finished" and not os.path.exists(os.path.join(run_dir, PLOT_FILE))
 
 
-def write_episodes(episodes: Episodes, num_envs: int, path: str) -> None:
-    """Write ``step, frames, <agent>...`` rows, one per finished episode."""
-    agents = list(episodes[0][1]) if episodes else []
-    text = io.StringIO(newline="")
-    writer = csv.writer(text)
-    writer.writerow(["step", "frames", *agents])
-    for step, returns in episodes:
-        writer.writerow([step, step * num_envs, *(f"{returns[uid]:.6g}" for uid in agents)])
-    write_text(path, text.getvalue())
+def plot_learning_curve(episodes: EpisodeStats, *, path: str, title: str) -> None:
+    """Plot the mean episode return (mean over agents, and each agent's) against env frames, in the equal step
+    windows of ``episodes`` (:func:`~skrl_marl_ext.cli.episodes.read_stats`).
 
-
-def read_episodes(run_dir: str, *, option: str) -> Episodes:
-    """The episodes of ``run_dir/episodes.csv`` (none when it has no such file).
-
-    A last row cut short (the file does not end with a line break: a copy or a disk that stopped mid-write) is left out
-    with one line on stderr naming the file.
-
-    :param option: The option and value as typed, named in the messages.
-    :raises UsageError: When the file is damaged otherwise (a row that is not a step, frames and returns; not text).
-    """
-    path = os.path.join(run_dir, "episodes.csv")
-    if not os.path.isfile(path):
-        return []
-    fix = "repair or delete it (the learning curve then starts at the step the run goes on from)"
-    try:
-        with open(path, encoding="utf-8", newline="") as file:
-            text = file.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"{option}: {path} cannot be read ({getattr(e, 'strerror', None) or e}); {fix}") from None
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith(("\n", "\r")):
-        print(f"skrl-marl: warning: {path}: its last line was cut short; left out: {lines[-1]!r}", file=sys.stderr)
-        lines = lines[:-1]
-    rows = list(csv.reader(lines))
-    if not rows:
-        return []
-    header, episodes = rows[0], []
-    if header[:2] != ["step", "frames"]:
-        raise UsageError(f"{option}: {path}: line 1 is not the header 'step,frames,<agents>...'; {fix}")
-    agents = header[2:]
-    for number, row in enumerate(rows[1:], start=2):
-        try:
-            if len(row) != len(header):
-                raise ValueError(f"{len(row)} values where the header has {len(header)}")
-            episodes.append((int(row[0]), {uid: float(value) for uid, value in zip(agents, row[2:], strict=True)}))
-        except ValueError as e:
-            raise UsageError(
-                f"{option}: {path}: line {number} is not a row of step, frames and returns ({e}); {fix}"
-            ) from None
-    return episodes
-
-
-def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: str, bins: int = 50) -> None:
-    """Plot the mean episode return (mean over agents) against env frames, in ``bins`` equal step windows.
-
-    :param episodes: ``(step, {agent: return})`` as :class:`~skrl_marl_ext.envs.EpisodeRecorder` keeps them.
-    :param num_envs: Envs per step (frames = step * num_envs).
     :param path: PNG file to write.
     :param title: Figure title.
     """
@@ -392,12 +338,10 @@ def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    if episodes:
-        agents = list(episodes[0][1])
-        xs, means, per_agent = _binned_returns(episodes, agents, num_envs=num_envs, bins=bins)
-        for i, uid in enumerate(agents):
-            ax.plot(xs, per_agent[:, i].tolist(), linewidth=0.8, alpha=0.4, label=uid)
-        ax.plot(xs, means, color="black", linewidth=2.0, label="mean over agents")
+    if episodes.count:
+        for i, uid in enumerate(episodes.agents):
+            ax.plot(episodes.frames, [row[i] for row in episodes.per_agent], linewidth=0.8, alpha=0.4, label=uid)
+        ax.plot(episodes.frames, episodes.means, color="black", linewidth=2.0, label="mean over agents")
         ax.legend(fontsize=8)
     ax.set_xlabel("env frames (steps x envs)")
     ax.set_ylabel("episode return per agent")
@@ -410,25 +354,6 @@ def plot_learning_curve(episodes: Episodes, *, num_envs: int, path: str, title: 
         plt.close(fig)
 
 
-def _binned_returns(
-    episodes: Episodes, agents: list[str], *, num_envs: int, bins: int
-) -> tuple[list[float], list[float], torch.Tensor]:
-    """``(frames at each non-empty bin's end, mean return, per-agent mean returns (bins, agents))`` of the episodes
-    grouped into ``bins`` equal step windows."""
-    steps = torch.tensor([step for step, _ in episodes], dtype=torch.float64)
-    returns = torch.tensor([[r[uid] for uid in agents] for _, r in episodes], dtype=torch.float64)
-    edges = torch.linspace(0, float(steps.max()), bins + 1)
-    which = torch.bucketize(steps, edges[1:-1], right=True)
-    xs, means, per_agent = [], [], []
-    for b in range(bins):
-        rows = returns[which == b]
-        if len(rows):
-            xs.append(float(edges[b + 1]) * num_envs)
-            per_agent.append(rows.mean(dim=0))
-            means.append(float(rows.mean()))
-    return xs, means, torch.stack(per_agent)
-
-
 def return_stats(episodes: Episodes) -> dict[str, tuple[float, float]]:
     """``{agent or "team": (mean, std)}`` over episodes; the team return is the sum of the agents' returns."""
     agents = list(episodes[0][1])
@@ -438,17 +363,10 @@ def return_stats(episodes: Episodes) -> dict[str, tuple[float, float]]:
     return {key: (float(c.mean()), float(c.std(unbiased=False))) for key, c in columns.items()}
 
 
-def mean_return(episodes: Episodes) -> float:
-    """Mean over episodes of the mean over agents of the episode return (nan without episodes)."""
-    if not episodes:
-        return float("nan")
-    return sum(sum(r.values()) / len(r) for _, r in episodes) / len(episodes)
-
-
 def train_summary(
     run: dict[str, Any],
     paths: dict[str, Any],
-    episodes: Episodes,
+    episodes: EpisodeStats,
     *,
     frames: int,
     seconds: float,
@@ -456,11 +374,10 @@ def train_summary(
 ) -> str:
     """The summary of ``train``, a few lines that fit 80 columns (paths aside), with the run's paths relative to the
     working directory; also puts ``first`` and ``final`` (mean returns) into ``paths``."""
-    tenth = max(1, len(episodes) // 10)
-    paths["first"], paths["final"] = mean_return(episodes[:tenth]), mean_return(episodes[-tenth:])
+    paths["first"], paths["final"] = episodes.first, episodes.final
     returns = (
         f"mean return per agent: {paths['first']:.2f} -> {paths['final']:.2f} (first -> last 10% of episodes)"
-        if episodes
+        if episodes.count
         else "no episode finished"
     )
     run_dir = shown_path(paths["run_dir"])

@@ -21,6 +21,7 @@ from skrl_marl_ext import distributed
 from skrl_marl_ext.checkpoints.files import remove_temporary_files
 from skrl_marl_ext.cli.build import build_env, build_runner, check_device
 from skrl_marl_ext.cli.config import parse_env_args, runner_config, train_config
+from skrl_marl_ext.cli.episodes import EpisodeLog, run_episode_stats
 from skrl_marl_ext.cli.errors import RanksDisagree, Stopped, UsageError
 from skrl_marl_ext.cli.loop import StopRequest, stop_on_signals, tensorboard_failures, train_steps
 from skrl_marl_ext.cli.parser import given
@@ -28,14 +29,11 @@ from skrl_marl_ext.cli.resume import resume_folder, resume_point, resumed_config
 from skrl_marl_ext.cli.run_folder import (
     FINAL_CHECKPOINT,
     RUN_FILE,
-    Episodes,
     RunLock,
     create_run_folder,
-    read_episodes,
     run_name,
     set_aside_later_checkpoints,
     train_summary,
-    write_episodes,
     write_plot,
     write_run,
     write_run_file,
@@ -75,8 +73,6 @@ class _Plan:
     """The checkpoint that ``--resume`` starts from (None for a new run)."""
     done: int = 0
     """Steps that checkpoint had completed."""
-    earlier: Episodes = dataclasses.field(default_factory=list)
-    """The episodes the run had finished by step ``done`` (from its ``episodes.csv``)."""
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -97,12 +93,20 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         if plan.done >= plan.total:  # a finished run whose learning curve is due (its write failed): the plot alone
             result = {"run_dir": plan.run_dir, "ranks": world, "ranks_agree": True}
             if rank == 0:
-                result["plot"] = plot = write_plot(plan.run, plan.run_dir, plan.earlier)
+                episodes = run_episode_stats(plan.run_dir, num_envs=plan.run["num_envs"])
+                result["plot"] = plot = write_plot(plan.run, plan.run_dir, episodes)
                 print(f"skrl-marl: the run has completed its {plan.total} steps; wrote its learning curve: {plot}")
             return result
         run, env_device = plan.run, distributed.torchrun_device(plan.device)
+        record = _RunRecord(plan, writes=rank == 0)
+        held.callback(record.close)
         env = build_env(
-            run["env"], num_envs=run["num_envs"], device=env_device, seed=plan.cfg["seed"], env_kwargs=run["env_kwargs"]
+            run["env"],
+            num_envs=run["num_envs"],
+            device=env_device,
+            seed=plan.cfg["seed"],
+            env_kwargs=run["env_kwargs"],
+            on_episodes=record.add_episodes,
         )
         held.enter_context(tensorboard_failures(plan.run_dir))  # from the writer's first event on
         runner = build_runner(env, plan.cfg)
@@ -114,8 +118,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
                 raise UsageError(f"--resume {args.resume}: {e}") from None
             if rank == 0:  # the run goes on: what it would write again of later steps is kept aside
                 set_aside_later_checkpoints(plan.run_dir, plan.done, plan.checkpoint, option=f"--resume {args.resume}")
-        record = _RunRecord(plan, env, writes=rank == 0)
-        record.started()
+        record.started(env.possible_agents)
 
         start = time.perf_counter()
         reached = train_steps(
@@ -188,10 +191,9 @@ def _resumed_plan(args: argparse.Namespace, held: contextlib.ExitStack) -> _Plan
     run, checkpoint, done, total = resume_point(args, run_dir)
     cfg = resumed_config(run["config"], args, run_dir=run_dir, steps=total - done, seed=run["seed"])
     device = args.device if "device" in given(args) else run["device"]
-    earlier = [(step, r) for step, r in read_episodes(run_dir, option=option) if step <= done]
     run["timesteps"] = total
     run.setdefault("resumed", []).append({"from_step": done, "checkpoint": checkpoint, "device": device})
-    return _Plan(run, run_dir, cfg, device=device, total=total, checkpoint=checkpoint, done=done, earlier=earlier)
+    return _Plan(run, run_dir, cfg, device=device, total=total, checkpoint=checkpoint, done=done)
 
 
 def _remove_temporary_files(run_dir: str) -> None:
@@ -208,16 +210,19 @@ def _unique_models(agent) -> list[torch.nn.Module]:
 
 
 class _RunRecord:
-    """The run folder kept current as the run goes (by rank 0 alone: ``writes``): ``run.json`` and ``episodes.csv``
-    before the first step, at each checkpoint and at a stop; the final checkpoint, plot and summary at the end."""
+    """The run folder kept current as the run goes (by rank 0 alone: ``writes``): ``run.json`` before the first step,
+    at each checkpoint and at a stop; ``episodes.csv`` as episodes end (synced with ``run.json``); the final
+    checkpoint, plot and summary line at the end."""
 
-    def __init__(self, plan: _Plan, env, *, writes: bool) -> None:
-        self.plan, self.env, self.writes = plan, env, writes
+    def __init__(self, plan: _Plan, *, writes: bool) -> None:
+        self.plan, self.writes = plan, writes
         self.seconds_before = float(plan.run.get("train_seconds", 0.0))
+        self.episodes: EpisodeLog | None = None
 
-    def episodes(self) -> Episodes:
-        """The run's episodes: those before the checkpoint it started from, then this call's (steps counted from it)."""
-        return self.plan.earlier + [(self.plan.done + step, r) for step, r in self.env.episodes]
+    def add_episodes(self, step: int, returns: list[list[float]]) -> None:
+        """The recorder's hook: episodes that ended at this call's ``step`` (the run's ``plan.done + step``)."""
+        if self.episodes is not None:
+            self.episodes.add(self.plan.done + step, returns)
 
     def _write(self, *, status: str, step: int, checkpoint: str | None, seconds: float) -> None:
         if not self.writes:
@@ -226,11 +231,23 @@ class _RunRecord:
         run.update(
             status=status, step=step, checkpoint=checkpoint, train_seconds=round(self.seconds_before + seconds, 2)
         )
-        write_episodes(self.episodes(), run["num_envs"], os.path.join(self.plan.run_dir, "episodes.csv"))
+        if self.episodes is not None:
+            self.episodes.sync()
         write_run_file(self.plan.run_dir, run)
 
-    def started(self) -> None:
+    def started(self, agents: list[str]) -> None:
+        """Start ``episodes.csv`` (a resumed run's keeps its rows up to the checkpoint's step) and write ``run.json``."""
+        if self.writes:
+            resume_step = self.plan.done if self.plan.checkpoint is not None else None
+            self.episodes = EpisodeLog(
+                self.plan.run_dir, agents, num_envs=self.plan.run["num_envs"], resume_step=resume_step
+            )
         self._write(status="running", step=self.plan.done, checkpoint=self.plan.checkpoint, seconds=0.0)
+
+    def close(self) -> None:
+        """Close ``episodes.csv`` (its rows so far on disk), however the call ends."""
+        if self.episodes is not None:
+            self.episodes.close()
 
     def checkpointed(self, step: int, path: str, seconds: float) -> None:
         self._write(status="running", step=step, checkpoint=path, seconds=seconds)
@@ -257,7 +274,8 @@ class _RunRecord:
         """Rank 0: write the final checkpoint, ``run.json``, ``episodes.csv`` and plot (their paths go into
         ``result``); print the summary."""
         plan, run, world = self.plan, self.plan.run, distributed.world_size()
-        episodes = self.episodes()
+        self.close()
+        episodes = self.episodes.stats()
         final = os.path.join(plan.run_dir, "checkpoints", FINAL_CHECKPOINT)
         run.update(status="finished", step=plan.total, checkpoint=final)
         run["train_seconds"] = round(self.seconds_before + seconds, 2)

@@ -8,8 +8,9 @@ ends, so the observations returned by ``step`` are those of the new episode for 
 What the agents see:
 
 - Observations ``{agent: (num_envs, obs_size)}`` float32 (flattened with skrl's space utilities). An agent absent
-  from a copy (dead, not yet joined) gets zeros there. Floating-point Box spaces are exposed as float32 (the models'
-  dtype; MuJoCo envs declare float64), and Box actions are cast back to the env's dtype.
+  from a copy (dead, not yet joined) gets zeros there. Box spaces of any number type are exposed as float32 Boxes with
+  the same bounds (the models' dtype; MuJoCo envs declare float64, camera images uint8), and Box actions go back to
+  the env clipped to its bounds, in its dtype (rounded to the nearest integer for an integer Box).
 - ``infos["agent_mask"][agent]``: bool ``(num_envs, 1)``, True where the agent acted in the step (it was in the
   copy's ``agents`` before the step). :mod:`skrl_marl_ext`'s agents drop transitions where it is False.
 - Action masks: an observation space ``Dict(observation=..., action_mask=...)`` (PettingZoo's convention) is exposed
@@ -26,6 +27,12 @@ What the agents see:
 - ``infos["final_observations"][agent]`` ``(num_envs, obs_size)`` and ``infos["final_states"][agent]``, at a step
   where some copy's episode ended: that copy's last observations and state, before the reset (other rows: the copies'
   current ones). The time-limit bootstrap of the agents uses them (see :mod:`skrl_marl_ext.keys`).
+
+An env that breaks its contract (an observation, state or action mask of another shape than its space, a reward or
+done flag that is not one value) gets a ``ValueError`` of one line naming the env, the agent, the copy, the input and
+the shapes expected and received. The checks cost nothing while the env keeps its contract: the copying that numpy
+does anyway fails, and only then is the culprit looked for (the state and the masks, stacked whole, are compared with
+their sizes once per step).
 """
 
 from __future__ import annotations
@@ -57,12 +64,14 @@ def _split_action_mask(space: gymnasium.Space) -> tuple[gymnasium.Space, bool]:
 
 
 def _float32_space(space: gymnasium.Space) -> gymnasium.Space:
-    """``space`` with every floating-point Box (also inside a Dict or Tuple) as float32; other spaces as they are."""
-    if isinstance(space, gymnasium.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+    """``space`` with every Box of numbers (floating-point, integer or bool; also inside a Dict or Tuple) as a float32
+    Box with the same bounds; other spaces as they are."""
+    if isinstance(space, gymnasium.spaces.Box) and space.dtype.kind in "fiub":
         if space.dtype == np.float32:
             return space
         with np.errstate(over="ignore"):  # bounds beyond float32's range become infinite
-            return gymnasium.spaces.Box(space.low.astype(np.float32), space.high.astype(np.float32), dtype=np.float32)
+            low, high = space.low.astype(np.float32), space.high.astype(np.float32)
+        return gymnasium.spaces.Box(low, high, shape=space.shape, dtype=np.float32)
     if isinstance(space, gymnasium.spaces.Dict):
         return gymnasium.spaces.Dict({key: _float32_space(value) for key, value in space.spaces.items()})
     if isinstance(space, gymnasium.spaces.Tuple):
@@ -83,6 +92,22 @@ def _state_space(env: Any, seed: int | None) -> gymnasium.Space | None:
     except NotImplementedError:  # PettingZoo's ParallelEnv.state() default
         return None
     return gymnasium.spaces.Box(-np.inf, np.inf, (size,), dtype=np.float32)
+
+
+def _shape(value: Any) -> str:
+    """The shape of ``value`` as an array (or its type when it is not one), for the contract errors."""
+    try:
+        return str(np.shape(value))
+    except ValueError:  # a ragged sequence
+        return f"a ragged {type(value).__name__}"
+
+
+def _fits_one_value(value: Any) -> bool:
+    """Whether ``value`` is one number (what PettingZoo's rewards and done flags are)."""
+    try:
+        return np.ndim(value) == 0 and isinstance(float(value), float)
+    except (TypeError, ValueError):
+        return False
 
 
 class BatchedParallelEnvWrapper(BatchedWrapper):
@@ -117,6 +142,8 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         self._num_envs = num_envs
         self._seed = seed
         first = envs[0]
+        metadata = getattr(first, "metadata", None)
+        self._name = (metadata.get("name") if isinstance(metadata, dict) else None) or type(first).__name__
         self._possible_agents = list(first.possible_agents)
         raw_spaces = {uid: first.observation_space(uid) for uid in self._possible_agents}
         self._observation_spaces, self._has_mask = {}, {}
@@ -126,6 +153,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         self._env_action_spaces = {uid: first.action_space(uid) for uid in self._possible_agents}
         self._action_spaces = {uid: _float32_space(space) for uid, space in self._env_action_spaces.items()}
         self._state_space = _state_space(first, seed)
+        self._state_size = compute_space_size(self._state_space) if self._state_space is not None else 0
         self._sizes = {
             uid: compute_space_size(space, occupied_size=True) for uid, space in self._observation_spaces.items()
         }
@@ -162,21 +190,52 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         tensor = torch.from_numpy(array)
         return tensor if self._device.type == "cpu" else tensor.to(self._device)
 
+    def _contract_error(self, what: str, index: int, value: Any, *, expected: str, fix: str) -> ValueError:
+        """The one-line error of an env that returned ``value`` for ``what`` in copy ``index``."""
+        return ValueError(
+            f"PettingZoo env {self._name}: {what} (copy {index}) has shape {_shape(value)}, expected {expected}; {fix}"
+        )
+
+    def _observation_error(self, uid: str, index: int, value: Any, reason: str = "") -> ValueError:
+        space = self._observation_spaces[uid]
+        if isinstance(space, gymnasium.spaces.Box):
+            expected = str(space.shape)
+        else:
+            expected = f"what fits observation_space('{uid}') {space}"
+        if reason:
+            expected += f" ({' '.join(reason.split())})"
+        return self._contract_error(
+            f"observation of agent '{uid}'",
+            index,
+            value,
+            expected=expected,
+            fix=f"make its reset() and step() return observations of observation_space('{uid}'), or declare the "
+            "space of the observations they return",
+        )
+
     def _stack_observations(self, copies: list[dict[str, Any]] | None = None) -> dict[str, torch.Tensor]:
         """``{agent: (num_envs, obs_size)}`` of the copies' observations (``self._observations`` when None)."""
         copies = self._observations if copies is None else copies
         result = {}
         for uid in self._possible_agents:
-            space = self._observation_spaces[uid]
-            rows = np.zeros((len(copies), self._sizes[uid]), dtype=np.float32)  # zeros: the agent is absent
+            space, size = self._observation_spaces[uid], self._sizes[uid]
+            rows = np.zeros((len(copies), size), dtype=np.float32)  # zeros: the agent is absent
             for index, obs in enumerate(copies):
                 value = obs.get(uid)
                 if value is None:
                     continue
-                if isinstance(space, gymnasium.spaces.Box):
-                    rows[index] = np.asarray(value).reshape(-1)
-                else:
-                    rows[index] = flatten_tensorized_space(tensorize_space(space, value, device="cpu")).reshape(-1)
+                try:
+                    if isinstance(space, gymnasium.spaces.Box):
+                        row = np.asarray(value)
+                    else:
+                        row = flatten_tensorized_space(tensorize_space(space, value, device="cpu")).numpy()
+                    fits = row.size == size  # else numpy would broadcast a single value into the row
+                    if fits:
+                        rows[index] = row.reshape(-1)
+                except (ValueError, TypeError, RuntimeError, KeyError, AssertionError) as e:
+                    raise self._observation_error(uid, index, value, reason=str(e)) from None
+                if not fits:
+                    raise self._observation_error(uid, index, value)
             result[uid] = self._tensor(rows)
         return result
 
@@ -191,7 +250,20 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
                 continue
             full = np.ones(int(space.n), dtype=bool)
             rows = [np.asarray(m.get(uid, full), dtype=bool).reshape(-1) for m in self._masks]
-            masks[uid] = self._tensor(np.stack(rows))
+            try:
+                stacked = np.stack(rows)
+            except ValueError:  # masks of different sizes
+                stacked = None
+            if stacked is None or stacked.shape[1] != space.n:
+                index = next(i for i, row in enumerate(rows) if row.size != space.n)
+                raise self._contract_error(
+                    f"action mask of agent '{uid}'",
+                    index,
+                    self._masks[index][uid],
+                    expected=f"({space.n},)",
+                    fix=f"make its action masks hold one flag per action of action_space('{uid}') {space}",
+                )
+            masks[uid] = self._tensor(stacked)
         return {ACTION_MASK_KEY: masks}
 
     # ----------------------------------------------------------------- interaction
@@ -210,6 +282,8 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
             return action.reshape(-1).long().cpu().numpy()
         if isinstance(space, gymnasium.spaces.Box):
             action = action.reshape(self._num_envs, *space.shape).cpu().numpy()
+            if space.dtype.kind in "iub":  # an integer Box: the nearest integer within the bounds
+                return np.rint(action).clip(space.low, space.high).astype(space.dtype)
             return action.astype(space.dtype, copy=False).clip(space.low, space.high)
         return action.reshape(self._num_envs, -1).cpu().numpy()
 
@@ -234,9 +308,12 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
             for a, uid in enumerate(agents):
                 if uid in live:
                     acted[a, index] = True
-                    rewards[a, index] = step_rewards.get(uid, 0.0)
-                    terminated[a, index] = bool(step_terminated.get(uid, False))
-                    truncated[a, index] = bool(step_truncated.get(uid, False)) and not terminated[a, index]
+                    try:
+                        rewards[a, index] = step_rewards.get(uid, 0.0)
+                        terminated[a, index] = bool(step_terminated.get(uid, False))
+                        truncated[a, index] = bool(step_truncated.get(uid, False)) and not terminated[a, index]
+                    except (ValueError, TypeError):
+                        raise self._step_error(uid, index, step_rewards, step_terminated, step_truncated) from None
             self._split(index, observations, infos)
             if not env.agents:
                 state = self._copy_state(env) if self._state_space is not None else None
@@ -253,9 +330,43 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
             infos.update(self._final_infos(finals))
         return self._stack_observations(), per_agent(rewards), per_agent(terminated), per_agent(truncated), infos
 
+    def _step_error(self, uid: str, index: int, *outputs: dict[str, Any]) -> ValueError:
+        """The error of a reward or done flag of ``uid`` in copy ``index`` that is not one value."""
+        names = ("reward", "termination flag", "truncation flag")
+        for name, values, default in zip(names, outputs, (0.0, False, False), strict=True):
+            value = values.get(uid, default)
+            if not _fits_one_value(value):
+                plural = "rewards" if name == "reward" else name.replace(" flag", "s")
+                return self._contract_error(
+                    f"{name} of agent '{uid}'",
+                    index,
+                    value,
+                    expected=f"one number (got {value!r:.60})",
+                    fix=f"make its step() return one number per agent in its {plural}",
+                )
+        raise AssertionError("unreachable: a reward and done flags that numpy takes")  # pragma: no cover
+
     @staticmethod
     def _copy_state(env: Any) -> np.ndarray:
-        return np.asarray(env.state(), dtype=np.float32).reshape(-1)
+        return np.asarray(env.state(), dtype=np.float32)
+
+    def _stack_states(self, rows: list[np.ndarray]) -> torch.Tensor:
+        """``(num_envs, state_size)`` of the copies' states; an error naming the first copy of another size."""
+        try:
+            stacked = np.stack([row.reshape(-1) for row in rows])
+        except ValueError:  # states of different sizes
+            stacked = None
+        if stacked is None or stacked.shape[1] != self._state_size:
+            index = next(i for i, row in enumerate(rows) if row.size != self._state_size)
+            declared = "state_space" if getattr(self.envs[0], "state_space", None) is not None else "its first state()"
+            raise self._contract_error(
+                "state()",
+                index,
+                rows[index],
+                expected=f"{self._state_space.shape} ({declared})",
+                fix=f"make its state() return values of one shape, that of {declared}",
+            )
+        return self._tensor(stacked)
 
     def _final_infos(self, finals: dict[int, tuple[dict[str, Any], np.ndarray | None]]) -> dict[str, Any]:
         """``final_observations`` / ``final_states`` of the copies that ended in this step (other rows: current)."""
@@ -263,7 +374,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         infos: dict[str, Any] = {FINAL_OBSERVATIONS_KEY: self._stack_observations(copies)}
         if self._state_space is not None:
             rows = [finals[i][1] if i in finals else self._copy_state(env) for i, env in enumerate(self.envs)]
-            state = self._tensor(np.stack(rows))
+            state = self._stack_states(rows)
             infos[FINAL_STATES_KEY] = {uid: state for uid in self._possible_agents}
         return infos
 
@@ -271,7 +382,7 @@ class BatchedParallelEnvWrapper(BatchedWrapper):
         """The env's global state ``(num_envs, state_size)`` (one tensor for every agent), or None without one."""
         if self._state_space is None:
             return {uid: None for uid in self._possible_agents}
-        state = self._tensor(np.stack([self._copy_state(env) for env in self.envs]))
+        state = self._stack_states([self._copy_state(env) for env in self.envs])
         return {uid: state for uid in self._possible_agents}
 
     def render(self, *args, **kwargs) -> Any:
@@ -355,7 +466,7 @@ def make_pettingzoo_env(
     """Batch ``num_envs`` copies of the PettingZoo env ``module.parallel_env(**env_kwargs)``.
 
     :param module: Importable module with a ``parallel_env`` function, e.g. ``"mpe2.simple_spread_v3"`` or
-        ``"pettingzoo.butterfly.cooperative_pong_v5"`` (or a package's attribute that is one, e.g.
+        ``"pettingzoo.butterfly.cooperative_pong_v6"`` (or a package's attribute that is one, e.g.
         ``"gymnasium_robotics.mamujoco_v1"``).
     :param num_envs: Number of copies.
     :param device: Device of the returned tensors.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -9,21 +10,36 @@ from skrl.envs.wrappers.torch.base import MultiAgentEnvWrapper
 
 
 class EpisodeRecorder(MultiAgentEnvWrapper):
-    def __init__(self, env: MultiAgentEnvWrapper) -> None:
+    def __init__(
+        self,
+        env: MultiAgentEnvWrapper,
+        *,
+        keep: int | None = None,
+        on_episodes: Callable[[int, list[list[float]]], None] | None = None,
+    ) -> None:
         """Wrap a skrl multi-agent env (vectorized, auto-resetting) and count every finished episode's return.
 
         An env's episode ends at the step where every agent is terminated or truncated (the rule of every wrapper of
         this package, and of Isaac Lab's, where all agents share the done signals). Each finished episode is kept as
-        ``(step, {agent: return})``, ``step`` being the number of :meth:`step` calls so far.
+        ``(step, {agent: return})``, ``step`` being the number of :meth:`step` calls so far, and handed to
+        ``on_episodes``.
 
         :param env: A skrl ``MultiAgentEnvWrapper`` with ``num_envs`` envs that reset themselves.
+        :param keep: How many of the newest finished episodes :attr:`episodes` keeps (None: all of them). A long run
+            keeps none and writes them where they belong through ``on_episodes`` (``skrl-marl train`` appends them
+            to ``episodes.csv``): kept, they take memory without end.
+        :param on_episodes: Called as ``on_episodes(step, returns)`` at each step where episodes ended, ``returns``
+            holding one list per ended episode of its return per agent, in ``possible_agents`` order.
         """
         super().__init__(env)
         self._agents = list(env.possible_agents)
         self._steps = 0
         self._returns: torch.Tensor | None = None
+        self._keep, self._on_episodes = keep, on_episodes
         self.episodes: list[tuple[int, dict[str, float]]] = []
-        """Finished episodes, oldest first: ``(step, {agent: undiscounted return})``."""
+        """Finished episodes, oldest first (the newest ``keep``): ``(step, {agent: undiscounted return})``."""
+        self.finished = 0
+        """Episodes finished so far, kept or not."""
 
     def __getattr__(self, key: str) -> Any:
         return getattr(self._env, key)
@@ -77,9 +93,15 @@ class EpisodeRecorder(MultiAgentEnvWrapper):
         self._returns += reward
         done = torch.stack([(terminated[uid] | truncated[uid]).reshape(-1) for uid in self._agents], dim=1).all(dim=1)
         if bool(done.any()):
-            for row in self._returns[done].tolist():
-                self.episodes.append((self._steps, dict(zip(self._agents, row, strict=True))))
+            rows = self._returns[done].tolist()
             self._returns[done] = 0.0
+            self.finished += len(rows)
+            if self._on_episodes is not None:
+                self._on_episodes(self._steps, rows)
+            if self._keep != 0:
+                self.episodes += [(self._steps, dict(zip(self._agents, row, strict=True))) for row in rows]
+                if self._keep is not None and len(self.episodes) > self._keep:
+                    del self.episodes[: len(self.episodes) - self._keep]
         return observations, rewards, terminated, truncated, infos
 
     def state(self):
