@@ -90,3 +90,26 @@ def test_readme_quickstart_runs(tmp_path, monkeypatch, capsys):
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["agent"].experiment_dir.startswith(str(tmp_path))
     assert "mean return of agent_0 with deterministic actions:" in capsys.readouterr().out  # it prints a result
+
+
+def test_every_test_the_reliability_page_names_exists():
+    """docs/reliability.md names the test of each promise: each is a test function of the file it names (of
+    tests/test_<section>.py where it names none, as the section's heading column says), so a renamed test shows here."""
+    import ast
+
+    text = (REPO / "docs" / "reliability.md").read_text()
+    defined: dict[str, set[str]] = {}
+    for path in (REPO / "tests").glob("test_*.py"):
+        tree = ast.parse(path.read_text())
+        defined[path.name] = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+    everywhere = set().union(*defined.values())
+    missing = []
+    for match in re.finditer(r"`(?:tests/(test_\w+\.py))?(?:::)?(test_\w+)`", text):
+        file, name = match.groups()
+        if file and not name:
+            continue
+        if name and name not in (defined.get(file, set()) if file else everywhere):
+            missing.append(f"{file or ''}::{name}")
+    files = set(re.findall(r"`tests/(test_\w+\.py)", text))
+    missing += [f"tests/{f}" for f in files if f not in defined]
+    assert not missing, f"docs/reliability.md names tests that do not exist: {missing}"
