@@ -26,6 +26,11 @@ def make_parser() -> argparse.ArgumentParser:
     _add_train_parser(commands)
     _add_eval_parser(commands)
     _add_export_parser(commands)
+    commands.add_parser(  # listed here; skrl_marl_ext.cli.main hands its arguments to skrl_marl_ext.isaaclab
+        "isaaclab",
+        help="Isaac Lab 3.0's own skrl train and play with these agents: skrl-marl isaaclab {train,play} "
+        "[isaaclab's options] (skrl-marl isaaclab --help)",
+    )
     for command in commands.choices.values():
         command.add_argument(
             "--debug",
