@@ -21,16 +21,17 @@ OVERRIDES_HELP = (
 
 def make_parser() -> argparse.ArgumentParser:
     """The ``skrl-marl`` parser; every option's help states its default."""
-    parser = argparse.ArgumentParser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
+    parser = argparse.ArgumentParser(
+        prog="skrl-marl",
+        description="Train and evaluate skrl_marl_ext's agents.",
+        # its arguments are Isaac Lab's, so skrl_marl_ext.cli.main hands them on before this parser sees them
+        epilog="skrl-marl isaaclab {train,play} [isaaclab's options]: Isaac Lab 3.0's own skrl train and play with "
+        "these agents (skrl-marl isaaclab --help)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(commands)
     _add_eval_parser(commands)
     _add_export_parser(commands)
-    commands.add_parser(  # listed here; skrl_marl_ext.cli.main hands its arguments to skrl_marl_ext.isaaclab
-        "isaaclab",
-        help="Isaac Lab 3.0's own skrl train and play with these agents: skrl-marl isaaclab {train,play} "
-        "[isaaclab's options] (skrl-marl isaaclab --help)",
-    )
     for command in commands.choices.values():
         command.add_argument(
             "--debug",
