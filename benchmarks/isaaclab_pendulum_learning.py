@@ -42,6 +42,7 @@ import dataclasses
 import io
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -362,7 +363,16 @@ SUMMARY = (
     "last-tenth return: mean (min-max)",
     "episodes per run",
     "train s per run: mean (min-max)",
+    "training frames/s per run: median (min-max)",
 )
+
+
+def frames_per_second(seconds: list[float], *, frames: int) -> str:
+    """Median (min-max) over runs of ``frames / seconds``."""
+    rates = sorted(frames / s for s in seconds if s > 0)
+    if not rates:
+        return "-"
+    return f"{statistics.median(rates):.0f} ({rates[0]:.0f}-{rates[-1]:.0f})"
 
 
 def report(args: argparse.Namespace) -> int:
@@ -396,6 +406,7 @@ def report(args: argparse.Namespace) -> int:
                 SUMMARY[5]: spread(values(name, "last-tenth return")),
                 "episodes per run": f"{sum(values(name, 'episodes')) / len(runs):.0f}",
                 SUMMARY[7]: spread(values(name, "train s"), 0),
+                SUMMARY[8]: frames_per_second(values(name, "train s"), frames=args.num_envs * (args.timesteps or 4800)),
             }
         )
     summary_meta = {
@@ -425,8 +436,11 @@ def plot(by_variant: dict[str, list[dict[str, str]]], path: str, *, num_envs: in
     import matplotlib.pyplot as plt
 
     styles = {"skrl-mappo": ("C0", "--"), "skrl-ippo": ("C1", "--"), "mappo": ("C0", "-"), "ippo": ("C1", "-")}
-    styles["happo"] = ("C2", "-")
-    panels = (("MAPPO file", ("skrl-mappo", "mappo", "happo")), ("IPPO file", ("skrl-ippo", "ippo")))
+    styles.update(happo=("C2", "-"), maddpg=("C3", "-"))
+    panels = (
+        ("MAPPO file; HAPPO and MADDPG: the package's", ("skrl-mappo", "mappo", "happo", "maddpg")),
+        ("IPPO file", ("skrl-ippo", "ippo")),
+    )
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), sharey=True)
     for ax, (title, names) in zip(axes, panels, strict=True):
         for name in [name for name in names if name in by_variant]:
