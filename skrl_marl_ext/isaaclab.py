@@ -77,8 +77,9 @@ def import_runner(ml_framework: str, *, skrl_runner: Any = None):
 
     A config of one of this package's agents (:data:`OUR_ALGORITHMS`) builds :class:`skrl_marl_ext.runner.Runner`;
     MADDPG's ``agent: rollouts`` (the env steps Isaac Lab counts as one of ``--max_iterations``; MADDPG has no
-    rollouts) is left out of it. Any other config builds ``skrl_runner(ml_framework)``'s Runner (Isaac Lab's
-    ``import_skrl_runner``, skrl's ``Runner``).
+    rollouts) is left out of it. Any other config builds ``skrl_runner(ml_framework)``'s Runner (Isaac Lab's own
+    ``import_skrl_runner``: skrl's ``Runner`` of that framework), or skrl's PyTorch ``Runner`` when ``skrl_runner`` is
+    None.
 
     :raises IsaacLabError: For one of our agents with ``ml_framework`` other than ``torch``, or a config our Runner
         refuses (its one-line message).
