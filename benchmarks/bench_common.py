@@ -169,11 +169,16 @@ def train_frames_per_second(agent, env, *, timesteps: int, warmup: int, phase_ms
     observations, _ = env.reset()
     states = env.state()
     start = None
+    cuda = torch.device(env.device).type == "cuda"
     for timestep in range(total):
         if timestep == warmup:
+            if cuda:  # the untimed steps' kernels finish before the clock starts, the timed ones before it stops
+                torch.cuda.synchronize()
             start, timing = time.perf_counter(), True
         step = interact(agent, env, observations, states, timestep=timestep, timesteps=total, on_phase=on_phase)
         observations, states = step.next_observations, step.next_states
+    if cuda:
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     if phase_ms is not None:
         phase_ms.update({phase: total_ms / timesteps for phase, total_ms in timed.items()})

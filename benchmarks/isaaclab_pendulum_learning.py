@@ -1,21 +1,25 @@
-"""Learning on Isaac Lab 3.0's ``Isaac-Pendulum-MARL-Direct`` (kit-less, CPU): skrl's MAPPO and IPPO against ours
-MAPPO, IPPO and HAPPO at the task's shipped config, over seeds (resumable).
+"""Learning on Isaac Lab 3.0's ``Isaac-Pendulum-MARL-Direct`` (kit-less, CPU): skrl's MAPPO and IPPO against our
+MAPPO and IPPO at the task's shipped config and our HAPPO and MADDPG at the package's configs, over seeds (resumable).
 
 Every run builds the env (``scripts/isaaclab_smoke.py``'s ``make_env``, as ``isaaclab train`` builds it, seeded with
 the run's seed), wraps it with skrl's ``wrap_env(env, "isaaclab")`` and :class:`skrl_marl_ext.envs.EpisodeRecorder`,
-builds the agent from the task's YAML file in the installed ``isaaclab_tasks`` with its ``seed`` set to the run's
-seed, and trains it with the file's ``SequentialTrainer`` for the file's timesteps (4800). Variants
-(:data:`VARIANTS`) differ only in the agent class and in which Runner builds it:
+builds the agent from its YAML file with its ``seed`` set to the run's seed, and trains it with the file's
+``SequentialTrainer`` for the file's timesteps (4800). Variants (:data:`VARIANTS`):
 
-- ``skrl-mappo``, ``skrl-ippo``: skrl's Runner (``skrl.utils.runner.torch.Runner``) on ``skrl_marl_mappo_cfg.yaml`` /
-  ``skrl_marl_ippo_cfg.yaml``, as ``isaaclab train`` builds them;
-- ``mappo``, ``ippo``: our Runner (:class:`skrl_marl_ext.runner.Runner`) on the same files;
-- ``happo``: our Runner on the MAPPO file with ``agent: class: HAPPO``.
+- ``skrl-mappo``, ``skrl-ippo``: skrl's Runner (``skrl.utils.runner.torch.Runner``) on the task's
+  ``skrl_marl_mappo_cfg.yaml`` / ``skrl_marl_ippo_cfg.yaml`` in the installed ``isaaclab_tasks``, as ``isaaclab train``
+  builds them;
+- ``mappo``, ``ippo``: our Runner on the same files, built as ``skrl-marl isaaclab train`` builds it
+  (:func:`skrl_marl_ext.isaaclab.import_runner`);
+- ``happo``, ``maddpg``: the same, on the configs ``skrl-marl isaaclab`` registers for the task
+  (``skrl_marl_ext/configs/isaaclab/pendulum_happo.yaml``: the MAPPO file with ``agent: class: HAPPO``;
+  ``pendulum_maddpg.yaml``).
 
 The env gives both agents the same team reward, so an episode's return per agent (the mean over the two agents) is
 the team's return. Each run appends one row to ``--runs`` (a data file of ``docs/results/make_tables.py``): the mean
 episode return over the episodes that ended in the second half of the run's steps and in its last tenth, the
-episodes, the training and setup seconds, and the mean return in each tenth of the run's steps. A (variant, seed)
+episodes, the training and setup seconds, and the mean return in each tenth of the run's steps (``--report`` adds
+training frames/s: envs x steps / training seconds). A (variant, seed)
 already there is skipped. Each run is a fresh process, two at a time with ``--jobs 2``, one torch thread each.
 ``--report`` writes the summary table ``--summary`` and the plot ``--plot`` from the rows.
 
@@ -38,6 +42,7 @@ import dataclasses
 import io
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -65,13 +70,15 @@ class Variant:
     runner: str
     """``skrl`` (skrl's Runner) or ``ours`` (:class:`skrl_marl_ext.runner.Runner`)."""
     yaml: str
-    """The task's YAML file: ``mappo`` or ``ippo``."""
+    """The task's YAML file in the installed ``isaaclab_tasks`` (``mappo`` or ``ippo``), or ``package:<name>``, the
+    package's ``configs/isaaclab/<name>.yaml``."""
     agent_class: str
     """``agent: class`` in the config."""
     compare_with: str | None = None
     """The skrl variant this one is held against (ours only)."""
-    agent: tuple[tuple[str, object], ...] = ()
-    """Agent fields set on top of the YAML file's (an ablation; none for the shipped config)."""
+    overrides: tuple[tuple[str, object], ...] = ()
+    """Config values set on top of the YAML file's, by dotted key (``agent.batch_size``): an ablation or a tuning
+    candidate; none for the shipped configs."""
 
 
 VARIANTS = {
@@ -79,15 +86,20 @@ VARIANTS = {
     "skrl-ippo": Variant("skrl", "ippo", "IPPO"),
     "mappo": Variant("ours", "mappo", "MAPPO", "skrl-mappo"),
     "ippo": Variant("ours", "ippo", "IPPO", "skrl-ippo"),
-    "happo": Variant("ours", "mappo", "HAPPO", "skrl-mappo"),
+    "happo": Variant("ours", "package:pendulum_happo", "HAPPO", "skrl-mappo"),
+    "maddpg": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo"),
     # an ablation, not the shipped config: time-outs bootstrapped from V(s_t), as rsl_rl does on Isaac Lab
-    "mappo-tlb": Variant("ours", "mappo", "MAPPO", "skrl-mappo", (("time_limit_bootstrap", True),)),
+    "mappo-tlb": Variant("ours", "mappo", "MAPPO", "skrl-mappo", (("agent.time_limit_bootstrap", True),)),
 }
 
 
 def installed_yaml(name: str) -> str:
-    """Path of the task's ``skrl_marl_<name>_cfg.yaml`` in the installed ``isaaclab_tasks``."""
+    """Path of the task's ``skrl_marl_<name>_cfg.yaml`` in the installed ``isaaclab_tasks``, or of the package's
+    ``configs/isaaclab/<name>.yaml`` for ``package:<name>``."""
     import importlib
+
+    if name.startswith("package:"):
+        return os.path.join(REPO, "skrl_marl_ext", "configs", "isaaclab", name.split(":", 1)[1] + ".yaml")
 
     import gymnasium as gym
     import isaaclab_tasks  # noqa: F401  (registers the tasks)
@@ -104,7 +116,12 @@ def run_config(variant: Variant, *, seed: int, timesteps: int | None, directory:
     cfg = Runner.load_cfg_from_yaml(installed_yaml(variant.yaml))
     cfg["seed"] = seed
     cfg["agent"]["class"] = variant.agent_class
-    cfg["agent"].update(dict(variant.agent))
+    for key, value in variant.overrides:
+        *path, last = key.split(".")
+        section = cfg
+        for name in path:
+            section = section[name]
+        section[last] = value
     cfg["agent"]["experiment"].update(directory=directory, write_interval=0, checkpoint_interval=0)
     cfg["trainer"].update(disable_progressbar=True, headless=True, close_environment_at_exit=False)
     if timesteps is not None:
@@ -131,7 +148,7 @@ def run_one(name: str, seed: int, num_envs: int, timesteps: int | None) -> dict:
     from skrl.utils.runner.torch import Runner as SkrlRunner
 
     from skrl_marl_ext.envs import EpisodeRecorder
-    from skrl_marl_ext.runner import Runner
+    from skrl_marl_ext.isaaclab import import_runner
 
     skrl.logger.setLevel(logging.WARNING)
     sys.path.insert(0, os.path.join(REPO, "scripts"))
@@ -143,7 +160,7 @@ def run_one(name: str, seed: int, num_envs: int, timesteps: int | None) -> dict:
     recorder = EpisodeRecorder(wrap_env(env, "isaaclab"))
     with tempfile.TemporaryDirectory(prefix="isaaclab_pendulum_") as directory:
         cfg = run_config(variant, seed=seed, timesteps=timesteps, directory=directory)
-        runner = (SkrlRunner if variant.runner == "skrl" else Runner)(recorder, cfg)
+        runner = (SkrlRunner if variant.runner == "skrl" else import_runner("torch"))(recorder, cfg)
         expected = "skrl.multi_agents" if variant.runner == "skrl" else "skrl_marl_ext"
         agent = type(runner.agent)
         if not agent.__module__.startswith(expected) or agent.__name__ != variant.agent_class:
@@ -346,7 +363,16 @@ SUMMARY = (
     "last-tenth return: mean (min-max)",
     "episodes per run",
     "train s per run: mean (min-max)",
+    "training frames/s per run: median (min-max)",
 )
+
+
+def frames_per_second(seconds: list[float], *, frames: int) -> str:
+    """Median (min-max) over runs of ``frames / seconds``."""
+    rates = sorted(frames / s for s in seconds if s > 0)
+    if not rates:
+        return "-"
+    return f"{statistics.median(rates):.0f} ({rates[0]:.0f}-{rates[-1]:.0f})"
 
 
 def report(args: argparse.Namespace) -> int:
@@ -380,6 +406,7 @@ def report(args: argparse.Namespace) -> int:
                 SUMMARY[5]: spread(values(name, "last-tenth return")),
                 "episodes per run": f"{sum(values(name, 'episodes')) / len(runs):.0f}",
                 SUMMARY[7]: spread(values(name, "train s"), 0),
+                SUMMARY[8]: frames_per_second(values(name, "train s"), frames=args.num_envs * (args.timesteps or 4800)),
             }
         )
     summary_meta = {
@@ -409,8 +436,11 @@ def plot(by_variant: dict[str, list[dict[str, str]]], path: str, *, num_envs: in
     import matplotlib.pyplot as plt
 
     styles = {"skrl-mappo": ("C0", "--"), "skrl-ippo": ("C1", "--"), "mappo": ("C0", "-"), "ippo": ("C1", "-")}
-    styles["happo"] = ("C2", "-")
-    panels = (("MAPPO file", ("skrl-mappo", "mappo", "happo")), ("IPPO file", ("skrl-ippo", "ippo")))
+    styles.update(happo=("C2", "-"), maddpg=("C3", "-"))
+    panels = (
+        ("MAPPO file; HAPPO and MADDPG: the package's", ("skrl-mappo", "mappo", "happo", "maddpg")),
+        ("IPPO file", ("skrl-ippo", "ippo")),
+    )
     fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.4), sharey=True)
     for ax, (title, names) in zip(axes, panels, strict=True):
         for name in [name for name in names if name in by_variant]:
@@ -448,7 +478,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--variants",
-        default=",".join(v for v in VARIANTS if not VARIANTS[v].agent),
+        default=",".join(v for v in VARIANTS if not VARIANTS[v].overrides),
         help="comma-separated (default: %(default)s)",
     )
     parser.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2 (default: %(default)s)")

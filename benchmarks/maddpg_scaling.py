@@ -48,6 +48,7 @@ def make_maddpg(
     twin: bool = False,
     device: str = "cpu",
     cfg: dict | None = None,
+    memory_size: int = 1000,
 ):
     """Spread env and our MADDPG on it, models seeded with 0: ``(agent, env)``.
 
@@ -55,6 +56,7 @@ def make_maddpg(
     :param loop: Per-agent models run one agent after the other (``batch_agent_models=False``), not batched.
     :param twin: Twin critics (``critic_2`` and ``target_critic_2``) besides the first.
     :param cfg: More MADDPG config fields (e.g. ``learning_starts``).
+    :param memory_size: Replay rows per env.
     """
     torch.manual_seed(0)
     env = make_spread_env(num_envs=num_envs, num_agents=num_agents, seed=0, device=device)
@@ -79,7 +81,7 @@ def make_maddpg(
     agent = MADDPG(
         possible_agents=env.possible_agents,
         models={uid: shared_models or models(uid) for uid in env.possible_agents},
-        memories={uid: RandomMemory(memory_size=1000, num_envs=env.num_envs) for uid in env.possible_agents},
+        memories={uid: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for uid in env.possible_agents},
         observation_spaces=env.observation_spaces,
         state_spaces=env.state_spaces,
         action_spaces=env.action_spaces,
@@ -111,6 +113,7 @@ def run(num_agents: int, args) -> tuple[float, float]:
         loop=args.loop,
         twin=args.twin,
         device=args.device,
+        memory_size=getattr(args, "memory_size", 1000),
     )
     step_times: list[float] = []
     gradient_step = agent._gradient_step

@@ -10,20 +10,14 @@ and check what it reports.
     Runner from the same file (what ``isaaclab play`` does) and into a fresh agent of ours, and both play a few steps
     with the policy's mean action; then a third agent of ours loads it after its Runner is built (``isaaclab train
     --checkpoint``'s order) and trains one more rollout. ``OUT.json`` gets what each step did.
-
-``isaaclab ARGS...``
-    ``isaaclab ARGS`` (the console script's ``isaaclab.cli.cli``) with the edit docs/isaaclab.md prescribes for
-    ``train_skrl.py`` applied to a temporary copy of the installed file, imported in its place: the two code blocks of
-    the page's section "Train with ours: one line", the line to replace and its replacement, are read from the page.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import os
-import re
 import sys
 import tempfile
 
@@ -158,41 +152,6 @@ def runner_command(out: str, algos: list[str], num_envs: int) -> None:
         json.dump(report, file, indent=1)
 
 
-def documented_edit() -> tuple[str, str]:
-    """The line docs/isaaclab.md tells users to replace in ``train_skrl.py``, and its replacement: the first two
-    ``python`` code blocks of the section "Train with ours: one line"."""
-    with open(os.path.join(REPO, "docs", "isaaclab.md")) as file:
-        page = file.read()
-    section = page.split("## Train with ours: one line", 1)[-1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    if len(blocks) < 2:
-        raise SystemExit("docs/isaaclab.md: 'Train with ours: one line' lost its two python blocks (line, replacement)")
-    return blocks[0], blocks[1]
-
-
-def isaaclab_command(argv: list[str]) -> None:
-    import isaaclab_rl.entrypoints.backends as backends
-
-    original, replacement = documented_edit()
-    name = "isaaclab_rl.entrypoints.backends.train_skrl"
-    with open(os.path.join(os.path.dirname(backends.__file__), "train_skrl.py")) as file:
-        source = file.read()
-    if source.count(original) != 1:
-        raise SystemExit(f"{name}: the line docs/isaaclab.md replaces is not in the installed file once:\n{original}")
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "train_skrl.py")
-        with open(path, "w") as file:
-            file.write(source.replace(original, replacement))
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # isaaclab's dispatch imports the backend by this name
-        spec.loader.exec_module(module)
-        from isaaclab.cli import cli
-
-        sys.argv = ["isaaclab", *argv]
-        cli()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -200,13 +159,8 @@ def main() -> None:
     runner.add_argument("out")
     runner.add_argument("--algos", nargs="+", default=["mappo", "ippo", "happo"])
     runner.add_argument("--num_envs", type=int, default=8)
-    isaaclab = commands.add_parser("isaaclab")
-    isaaclab.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    if args.command == "runner":
-        runner_command(args.out, args.algos, args.num_envs)
-    else:
-        isaaclab_command(args.argv)
+    runner_command(args.out, args.algos, args.num_envs)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,18 @@ They skip where it is not installed; with ``SKRL_MARL_EXT_REQUIRE_ISAACLAB=1`` (
 - Our Runner, on the env wrapped by skrl's Isaac Lab wrapper, builds MAPPO, IPPO and HAPPO from the task's YAML files
   in the installed ``isaaclab_tasks`` and trains each two rollouts; skrl's own MAPPO/IPPO (what ``isaaclab play``
   builds) load the checkpoint and act with our agent's mean actions; a run resumed from it keeps its timestep.
-- ``isaaclab train`` with the one-line edit of docs/isaaclab.md (applied to a temporary copy of the installed
-  ``train_skrl.py``) trains our MAPPO; ``isaaclab play``, unchanged, plays its checkpoint; ``isaaclab train
-  --checkpoint`` resumes it from its timestep.
+- ``skrl-marl isaaclab train`` (Isaac Lab's own train backend with our Runner) trains each of MAPPO, IPPO, HAPPO and
+  MADDPG from the config ``--algorithm`` finds (Isaac Lab's files for MAPPO/IPPO, the package's for HAPPO/MADDPG),
+  ``--checkpoint`` resumes each from its timestep, and ``skrl-marl isaaclab play`` plays each checkpoint until Ctrl+C;
+  Isaac Lab's own ``isaaclab play``, untouched, plays our MAPPO and IPPO checkpoints; the installed Isaac Lab files
+  are the same after all this as before.
 
 The first run after an install compiles Warp's kernels (a minute or two; the setup script does it once).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -24,10 +27,12 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".isaaclab-venv"
@@ -44,9 +49,10 @@ TASK = "Isaac-Pendulum-MARL-Direct"
 ROLLOUTS = 16  # the shipped YAML files' agent.rollouts
 TIMEOUT = 900  # s, per command: the first run compiles Warp's kernels
 CTRL_C_PRESSES, CTRL_C_WAIT = 3, 60  # Ctrl+C pressed up to 3 times, 60 s apart (it stops in seconds)
-ISAACLAB_ARGS = [
-    "--rl_library", "skrl", "--task", TASK, "--algorithm", "MAPPO", "--num_envs", "8", "--device", "cpu",
-]  # fmt: skip
+TASK_ARGS = ["--task", TASK, "--num_envs", "8", "--device", "cpu"]
+ALGORITHMS = ("MAPPO", "IPPO", "HAPPO", "MADDPG")
+CHAINS_AT_ONCE = 2  # algorithms whose train -> resume -> play run at the same time (Isaac Lab's start-up is the cost)
+LEARNS_AT_ONCE = {"MADDPG": ["agent.agent.learning_starts=8", "agent.agent.batch_size=64"]}  # within the 2 rollouts
 RUN_OVERRIDES = [  # Hydra overrides of the agent's YAML: a checkpoint per rollout, no TensorBoard, no progress bar
     f"agent.agent.experiment.checkpoint_interval={ROLLOUTS}",
     "agent.agent.experiment.write_interval=0",
@@ -92,6 +98,15 @@ def _progress(path: Path) -> set[int]:
     """The steps completed that the checkpoint's agents hold (our agents' module ``progress``; skrl's have none)."""
     modules = torch.load(path, weights_only=True)
     return {agent["progress"]["timestep"] for agent in modules.values()}
+
+
+def _learned(first: Path, second: Path) -> bool:
+    """Whether every agent's policy differs between two checkpoints of a run (it was trained in between)."""
+    before, after = torch.load(first, weights_only=True), torch.load(second, weights_only=True)
+    return all(
+        any(not torch.equal(after[uid]["policy"][name], tensor) for name, tensor in before[uid]["policy"].items())
+        for uid in before
+    )
 
 
 # ----------------------------------------------------------------------------- our Runner on the wrapped env
@@ -141,22 +156,13 @@ def test_a_run_resumed_from_the_checkpoint_keeps_its_timestep(report, algo):
     assert run["resumed_progress"] == [3 * ROLLOUTS]
 
 
-# ----------------------------------------------------------------------------- Isaac Lab's own entry point
+# ----------------------------------------------------------------------------- skrl-marl isaaclab train / play
 
 
-@pytest.fixture(scope="module")
-def trained(isaaclab, tmp_path_factory):
-    """``isaaclab train ... --max_iterations 2`` with docs/isaaclab.md's edit: the run folder."""
-    cwd = tmp_path_factory.mktemp("isaaclab_train")
-    args = ["isaaclab", "train", *ISAACLAB_ARGS, "--max_iterations", "2", "--run_timestamp", "first", *RUN_OVERRIDES]
-    _run(args, cwd=cwd)
-    return cwd / "logs" / "skrl" / "pendulum_marl_direct" / "first_mappo_torch"
-
-
-def test_isaaclab_train_with_the_documented_edit_trains_our_agent(trained):
-    checkpoints = trained / "checkpoints"
-    assert sorted(os.listdir(checkpoints)) == [f"agent_{ROLLOUTS}.pt", f"agent_{2 * ROLLOUTS}.pt"]
-    assert _progress(checkpoints / f"agent_{2 * ROLLOUTS}.pt") == {2 * ROLLOUTS}  # our agent wrote it
+def _command(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``skrl-marl isaaclab ARGS`` as a user types it, with the venv's console script."""
+    command = [str(VENV / "bin" / "skrl-marl"), "isaaclab", *args]
+    return subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
 
 
 def _raised(text: str) -> list[str]:
@@ -168,13 +174,12 @@ def _raised(text: str) -> list[str]:
     return names
 
 
-def test_isaaclab_play_plays_our_checkpoint_unchanged(trained):
-    # the documented command, as a user runs it, stopped with Ctrl+C once the policy is playing
-    checkpoint = trained / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
-    command = [str(VENV / "bin" / "isaaclab"), "play", *ISAACLAB_ARGS, "--checkpoint", str(checkpoint)]
+def _play(command: list[str], cwd: Path) -> dict:
+    """``command`` (a play command) run as a user runs it, stopped with Ctrl+C once the policy is playing: whether it
+    played, its exit status, the exceptions its output shows and the output's end."""
     process = subprocess.Popen(
         command,
-        cwd=trained.parent,
+        cwd=cwd,
         env=ENV,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -215,17 +220,110 @@ def test_isaaclab_play_plays_our_checkpoint_unchanged(trained):
     while not lines.empty():
         output.append(lines.get())
     text = "".join(output)
-    assert playing, text[-3000:]
-    assert process.returncode == 0, f"exit {process.returncode} after {interrupts} Ctrl+C: {text[-3000:]}"
-    assert not [e for e in _raised(text) if e != "KeyboardInterrupt"], text[-3000:]  # a lost Ctrl+C's is no error
+    errors = [e for e in _raised(text) if e != "KeyboardInterrupt"]  # a lost Ctrl+C's is no error
+    return {"playing": playing, "status": process.returncode, "errors": errors, "output": text[-3000:]}
 
 
-def test_isaaclab_train_resumes_our_checkpoint_from_its_timestep(trained):
-    checkpoint = trained / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
-    args = ["isaaclab", "train", *ISAACLAB_ARGS, "--max_iterations", "1", "--run_timestamp", "resumed"]
-    _run([*args, "--checkpoint", str(checkpoint), *RUN_OVERRIDES], cwd=trained.parents[3])
-    resumed = trained.parent / "resumed_mappo_torch" / "checkpoints"
-    assert _progress(resumed / f"agent_{3 * ROLLOUTS}.pt") == {3 * ROLLOUTS}  # the rollout after the checkpoint's
-    # train_skrl.py's final write_checkpoint, in its trainer's count, is named by the run's step too
-    assert f"agent_{ROLLOUTS}.pt" not in os.listdir(resumed)
-    assert all(_progress(resumed / name) == {3 * ROLLOUTS} for name in os.listdir(resumed))
+def _chain(algorithm: str, cwd: Path) -> dict:
+    """``skrl-marl isaaclab train --algorithm ALGORITHM`` for 2 iterations, ``train --checkpoint`` for 1 more from
+    its last checkpoint, and ``play`` of the resumed run's checkpoint: the run folders and what each command did."""
+    args = [*TASK_ARGS, "--algorithm", algorithm, *RUN_OVERRIDES, *LEARNS_AT_ONCE.get(algorithm, [])]
+    runs = cwd / "logs" / "skrl" / "pendulum_marl_direct"
+    result = {
+        "trained": runs / f"first_{algorithm.lower()}_torch",
+        "resumed": runs / f"resumed_{algorithm.lower()}_torch",
+    }
+    result["train"] = _command(["train", *args, "--max_iterations", "2", "--run_timestamp", "first"], cwd)
+    if result["train"].returncode:
+        return result
+    checkpoint = result["trained"] / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
+    resume = ["train", *args, "--max_iterations", "1", "--run_timestamp", "resumed", "--checkpoint", str(checkpoint)]
+    result["resume"] = _command(resume, cwd)
+    if result["resume"].returncode:
+        return result
+    played = result["resumed"] / "checkpoints" / f"agent_{3 * ROLLOUTS}.pt"
+    command = [str(VENV / "bin" / "skrl-marl"), "isaaclab", "play", *TASK_ARGS, "--algorithm", algorithm]
+    result["play"] = _play([*command, "--checkpoint", str(played)], cwd)
+    return result
+
+
+INSTALLED = ("entrypoints/backends/train_skrl.py", "entrypoints/backends/play_skrl.py", "entrypoints/backends/cli_args_skrl.py", "skrl.py")  # fmt: skip
+"""Isaac Lab's files (under ``isaaclab_rl``) whose names the command replaces in its process."""
+
+
+def _installed_files() -> dict[str, str]:
+    (site,) = VENV.glob("lib/python3*/site-packages/isaaclab_rl")
+    return {name: hashlib.sha256((site / name).read_bytes()).hexdigest() for name in INSTALLED}
+
+
+@pytest.fixture(scope="module")
+def chains(isaaclab, tmp_path_factory):
+    """Every algorithm's train -> resume -> play through ``skrl-marl isaaclab``, then ``isaaclab play`` (Isaac Lab's,
+    untouched) of our MAPPO and IPPO checkpoints, and the installed Isaac Lab files before and after."""
+    before = _installed_files()
+    folders = {algorithm: tmp_path_factory.mktemp(f"isaaclab_{algorithm.lower()}") for algorithm in ALGORITHMS}
+    with ThreadPoolExecutor(max_workers=CHAINS_AT_ONCE) as pool:
+        results = dict(zip(ALGORITHMS, pool.map(_chain, ALGORITHMS, folders.values()), strict=True))
+        isaaclab_play = {}
+        for algorithm in ("MAPPO", "IPPO"):
+            result = results[algorithm]
+            if "play" in result:
+                checkpoint = result["trained"] / "checkpoints" / f"agent_{2 * ROLLOUTS}.pt"
+                command = [str(VENV / "bin" / "isaaclab"), "play", "--rl_library", "skrl", *TASK_ARGS]
+                command += ["--algorithm", algorithm, "--checkpoint", str(checkpoint)]
+                isaaclab_play[algorithm] = pool.submit(_play, command, folders[algorithm])
+        for algorithm, future in isaaclab_play.items():
+            results[algorithm]["isaaclab play"] = future.result()
+    return {"algorithms": results, "installed before": before, "installed after": _installed_files()}
+
+
+def _ran(result: dict, step: str) -> None:
+    """Assert that ``step`` of a chain ran and succeeded (with its output when it did not)."""
+    done = result.get(step)
+    assert done is not None, f"{step} did not run: an earlier step failed"
+    assert done.returncode == 0, f"{step} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_command_trains_every_algorithm_from_the_config_it_finds(chains, algorithm):
+    result = chains["algorithms"][algorithm]
+    _ran(result, "train")
+    checkpoints = result["trained"] / "checkpoints"
+    assert sorted(os.listdir(checkpoints)) == [f"agent_{ROLLOUTS}.pt", f"agent_{2 * ROLLOUTS}.pt"]
+    assert _progress(checkpoints / f"agent_{2 * ROLLOUTS}.pt") == {2 * ROLLOUTS}  # our agent wrote it
+    assert _learned(checkpoints / f"agent_{ROLLOUTS}.pt", checkpoints / f"agent_{2 * ROLLOUTS}.pt")
+    config = yaml.safe_load((result["trained"] / "params" / "agent.yaml").read_text())
+    assert config["agent"]["class"] == algorithm  # Isaac Lab's dump of the config it resolved
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_command_resumes_every_algorithm_from_its_checkpoints_timestep(chains, algorithm):
+    result = chains["algorithms"][algorithm]
+    _ran(result, "resume")
+    resumed = result["resumed"] / "checkpoints"
+    # the rollout after the checkpoint's; train_skrl.py's final write_checkpoint, in its trainer's count, is named by
+    # the run's step too
+    assert sorted(os.listdir(resumed)) == [f"agent_{3 * ROLLOUTS}.pt"]
+    assert _progress(resumed / f"agent_{3 * ROLLOUTS}.pt") == {3 * ROLLOUTS}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_command_plays_every_algorithms_checkpoint(chains, algorithm):
+    played = chains["algorithms"][algorithm].get("play")
+    assert played is not None, "play did not run: an earlier step failed"
+    assert played["playing"], played["output"]
+    assert played["status"] == 0, played["output"]
+    assert not played["errors"], played["output"]
+
+
+@pytest.mark.parametrize("algorithm", ["MAPPO", "IPPO"])
+def test_isaac_labs_own_play_plays_our_checkpoint_untouched(chains, algorithm):
+    played = chains["algorithms"][algorithm].get("isaaclab play")
+    assert played is not None, "isaaclab play did not run: an earlier step failed"
+    assert played["playing"], played["output"]
+    assert played["status"] == 0, played["output"]
+    assert not played["errors"], played["output"]
+
+
+def test_isaac_lab_is_left_as_installed(chains):
+    assert chains["installed after"] == chains["installed before"]

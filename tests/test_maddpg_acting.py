@@ -203,3 +203,28 @@ def test_ended_rows_store_the_final_observation_as_next_observation(given):
             torch.testing.assert_close(stored_state, reset_state)
         # rows of steps that did not end keep the env's next observation
         torch.testing.assert_close(memory["next_observations"][1], observations[1][0][uid])
+
+
+def test_action_bound_squashes_the_policy_of_an_unbounded_box_and_is_refused_for_a_bounded_one():
+    # Isaac Lab's envs declare Box(-inf, inf) actions and scale them themselves; action_bound gives the policy bounds
+    import gymnasium
+    import numpy as np
+
+    from skrl_marl_ext.keys import PRE_TANH_ACTIONS_KEY
+    from skrl_marl_ext.models import DeterministicMLP
+
+    observations = gymnasium.spaces.Box(-np.inf, np.inf, (3,))
+    unbounded = gymnasium.spaces.Box(-np.inf, np.inf, (2,))
+    torch.manual_seed(0)
+    policy = DeterministicMLP(observation_space=observations, action_space=unbounded, action_bound=0.5)
+    x = 100 * torch.randn(256, 3)
+    actions, outputs = policy.act({"observations": x}, role="policy")
+    assert actions.abs().max() <= 0.5 and actions.abs().max() > 0.45  # large inputs reach the bound, never past it
+    assert torch.allclose(actions, 0.5 * torch.tanh(outputs[PRE_TANH_ACTIONS_KEY]))
+    raw, _ = DeterministicMLP(observation_space=observations, action_space=unbounded).act({"observations": x}, role="p")
+    assert raw.abs().max() > 0.5  # without it the output is the network's, unbounded
+    bounded = gymnasium.spaces.Box(-1.0, 1.0, (2,))
+    with pytest.raises(ValueError, match="action_bound is for a Box without bounds"):
+        DeterministicMLP(observation_space=observations, action_space=bounded, action_bound=1.0)
+    with pytest.raises(ValueError, match="action_bound must be above 0"):
+        DeterministicMLP(observation_space=observations, action_space=unbounded, action_bound=0.0)

@@ -8,7 +8,8 @@ checkpoint, ``episodes.csv`` (every finished episode's return per agent) as epis
 ``checkpoints/final.pt`` and ``learning_curve.png``. ``skrl-marl train --resume RUN_DIR`` continues such a run,
 finished or not, from the checkpoint its ``run.json`` records, with the run's own config, into the same folder (one
 process at a time). ``skrl-marl eval --checkpoint PATH`` runs deterministic episodes and prints the returns;
-``skrl-marl export`` writes a file for skrl's own agents.
+``skrl-marl export`` writes a file for skrl's own agents. ``skrl-marl isaaclab train|play`` runs Isaac Lab's own skrl
+backends with this package's agents (:mod:`skrl_marl_ext.isaaclab`).
 
 ``SECTION.KEY=VALUE`` arguments after the options of ``train`` override the config, as BenchMARL and Hydra users
 type them (``agent.learning_rate=1e-3 models.policy.hidden_sizes=[256,256]``, values read as YAML).
@@ -53,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``skrl-marl``; returns the exit status: 2 on bad input, 1 on a fault while it runs (a refused
     input during training, a failed write, ranks that disagree), ``128 + signal`` for a run stopped by Ctrl-C or
     SIGTERM. Each error is one line on stderr (with the traceback under ``--debug``)."""
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["isaaclab"]:  # Isaac Lab's options, parsed by Isaac Lab's backends
+        from skrl_marl_ext.isaaclab import main as isaaclab_main
+
+        return isaaclab_main(given[1:])
     args = make_parser().parse_args(argv)
     threads = torch.get_num_threads()
     if args.threads > 0:

@@ -88,7 +88,13 @@ class Parser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     """The ``skrl-marl`` parser; every option's help states its default."""
-    parser = Parser(prog="skrl-marl", description="Train and evaluate skrl_marl_ext's agents.")
+    parser = Parser(
+        prog="skrl-marl",
+        description="Train and evaluate skrl_marl_ext's agents.",
+        # its arguments are Isaac Lab's, so skrl_marl_ext.cli.main hands them on before this parser sees them
+        epilog="skrl-marl isaaclab {train,play} [isaaclab's options]: Isaac Lab 3.0's own skrl train and play with "
+        "these agents (skrl-marl isaaclab --help)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     _add_train_parser(commands)
     _add_eval_parser(commands)

@@ -70,13 +70,19 @@ class DeterministicMLP(DeterministicMixin, Model):
         hidden_sizes=(64, 64),
         activation: str = "relu",
         input: Literal["observations", "states"] = "observations",
+        action_bound: float | None = None,
     ) -> None:
         """Deterministic policy ``mu(o)``: an MLP whose ``tanh`` output is mapped onto the bounds of a Box action space.
 
-        Without finite bounds the raw MLP output is used. With bounds, the outputs hold the output before the
-        ``tanh`` under ``"pre_tanh_actions"`` (:data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`).
+        Without finite bounds the raw MLP output is used, unless ``action_bound`` gives bounds. With bounds, the
+        outputs hold the output before the ``tanh`` under ``"pre_tanh_actions"``
+        (:data:`~skrl_marl_ext.keys.PRE_TANH_ACTIONS_KEY`).
 
         :param input: Which input the network reads.
+        :param action_bound: For a Box without finite bounds: ``tanh`` onto ``[-action_bound, action_bound]`` (Isaac
+            Lab's envs declare their actions unbounded and scale them themselves). Refused for a bounded Box.
+
+        :raises ValueError: If ``action_bound`` is not positive, or the Box has finite bounds of its own.
         """
         Model.__init__(
             self, observation_space=observation_space, state_space=state_space, action_space=action_space, device=device
@@ -86,6 +92,16 @@ class DeterministicMLP(DeterministicMixin, Model):
         self.net = mlp(_input_size(self, input), self.num_actions, hidden_sizes, activation)
         low, high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
         self.bounded = bool(np.isfinite(low).all() and np.isfinite(high).all())
+        if action_bound is not None:
+            if self.bounded:
+                raise ValueError(
+                    f"DeterministicMLP: action_bound is for a Box without bounds; this one has [{low.min()}, "
+                    f"{high.max()}]: leave action_bound out"
+                )
+            if not action_bound > 0:
+                raise ValueError(f"DeterministicMLP: action_bound must be above 0, got {action_bound!r}")
+            low, high = np.full_like(low, -action_bound), np.full_like(high, action_bound)
+            self.bounded = True
         if self.bounded:
             self.register_buffer("_center", torch.tensor((high + low) / 2).reshape(-1), persistent=False)
             self.register_buffer("_half_range", torch.tensor((high - low) / 2).reshape(-1), persistent=False)
