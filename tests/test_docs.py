@@ -170,3 +170,26 @@ def test_pages_github_shows_hold_no_sphinx_syntax():
         assert not MYST_ROLE.search(text), f"{page.name}: {MYST_ROLE.search(text).group(0)}"
         for match in MYST_DIRECTIVE.finditer(text):
             assert match.group("name") == "toctree" and ":hidden:" in match.group("body"), (page.name, match.group(0))
+
+
+def _first_paragraph(text: str) -> str:
+    body = re.sub(r"^#.*\n+", "", text.lstrip())
+    return body.split("\n\n")[0]
+
+
+def test_every_algorithm_list_names_the_four(capsys):
+    import tomllib
+
+    from skrl_marl_ext.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    texts = {
+        "pyproject.toml description": tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["description"],
+        "skrl-marl export --help": capsys.readouterr().out,
+    }
+    for page in ("README.md", "docs/index.md", "docs/envs_cli.md", "docs/usage.md"):
+        texts[f"{page} intro"] = _first_paragraph((REPO / page).read_text())
+    for where, text in texts.items():
+        missing = [name for name in ("MAPPO", "IPPO", "HAPPO", "MADDPG") if name not in " ".join(text.split())]
+        assert not missing, f"{where} does not name {missing}"
