@@ -141,6 +141,11 @@ def append_row(path: str, row: dict) -> None:
         file.write(text.getvalue())
 
 
+def _kind(row: dict[str, str]) -> str:
+    """Where a row's figure comes from, for grouping: measured here, or a recorded source up to its details."""
+    return "measured here" if row["source"] == "measured" else row["source"].split(" (")[0]
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 100 else f"{seconds / 60:.1f} min"
 
@@ -153,10 +158,9 @@ def report(args: argparse.Namespace) -> int:
     commands = sorted({row["command"] for row in rows}, key=lambda c: order.index(c) if c in order else len(order))
     table = []
     for command in commands:
-        for source in sorted(
-            {row["source"] for row in rows if row["command"] == command}, key=lambda s: s != "measured"
-        ):
-            runs = [row for row in rows if row["command"] == command and row["source"] == source]
+        of_command = [row for row in rows if row["command"] == command]
+        for kind in sorted({_kind(row) for row in of_command}, key=lambda k: (k != "measured here", k)):
+            runs = [row for row in of_command if _kind(row) == kind]
             seconds = sorted(float(row["seconds"]) for row in runs)
             loads = [float(row["load_mean"]) for row in runs if row["load_mean"]]
             table.append(
@@ -165,12 +169,9 @@ def report(args: argparse.Namespace) -> int:
                     "in README": "yes" if command in order else "no (since changed)",
                     "runs": len(runs),
                     "time": _minutes(seconds[0]) + ("" if len(seconds) == 1 else f" to {_minutes(seconds[-1])}"),
-                    "load average while it ran": (
-                        f"{min(loads):.1f}" + ("" if max(loads) == min(loads) else f" to {max(loads):.1f}")
-                        if loads
-                        else "-"
-                    ),
-                    "source": source,
+                    "per run (s)": " ".join(row["seconds"] for row in runs),
+                    "load average while it ran": (" ".join(f"{load:.1f}" for load in loads) if loads else "-"),
+                    "source": kind,
                 }
             )
     measured = [row for row in rows if row["source"] == "measured"]
@@ -190,7 +191,8 @@ def report(args: argparse.Namespace) -> int:
             "shared them); runs per row in benchmarks/results/readme_times.csv"
         ],
     }
-    write_data(args.data, meta, ("command", "in README", "runs", "time", "load average while it ran", "source"), table)
+    columns = ("command", "in README", "runs", "time", "per run (s)", "load average while it ran", "source")
+    write_data(args.data, meta, columns, table)
     print(f"wrote {args.data}")
     return 0
 

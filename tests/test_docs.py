@@ -193,3 +193,19 @@ def test_every_algorithm_list_names_the_four(capsys):
     for where, text in texts.items():
         missing = [name for name in ("MAPPO", "IPPO", "HAPPO", "MADDPG") if name not in " ".join(text.split())]
         assert not missing, f"{where} does not name {missing}"
+
+
+def test_every_readme_command_has_measured_times():
+    """README's times come from runs of its own commands (benchmarks/readme_times.py): a command added to README, or
+    changed, needs its rows in benchmarks/results/readme_times.csv before its time can be given."""
+    import csv
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from readme_times import readme_commands
+
+    with open(REPO / "benchmarks" / "results" / "readme_times.csv", newline="") as file:
+        timed = {row["command"] for row in csv.DictReader(file) if row["exit"] in ("0", "")}
+    commands = readme_commands((REPO / "README.md").read_text(), slow=True)
+    assert len(commands) >= 6, commands
+    missing = [command for command in commands if command not in timed]
+    assert not missing, f"no time recorded for README's {missing}: run python benchmarks/readme_times.py"
