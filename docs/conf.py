@@ -1,4 +1,5 @@
-"""Sphinx configuration of the skrl-marl-ext docs: MyST Markdown pages, autodoc API, generated reference tables."""
+"""Sphinx configuration of the skrl-marl-ext docs: MyST Markdown pages (their reference tables are written into them by
+make_docs_tables.py), autodoc API."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "_ext"))
 sys.path.insert(0, os.path.dirname(HERE))  # the package, when it is not installed
 
 import skrl_marl_ext  # noqa: E402
@@ -16,11 +16,11 @@ author = "skrl-marl-ext contributors"
 release = skrl_marl_ext.__version__
 version = release
 
-extensions = ["myst_parser", "sphinx.ext.autodoc", "marl_directives"]
+extensions = ["myst_parser", "sphinx.ext.autodoc"]
 
 source_suffix = {".md": "markdown"}
 smartquotes = False  # "--config" must stay two hyphens in the generated CLI tables
-exclude_patterns = ["_build", "_ext"]
+exclude_patterns = ["_build"]
 myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3  # [text](page.md#a-heading) links resolve
 

@@ -26,7 +26,7 @@ LEFT_OUT = (
 
 
 def export_for_skrl(src_path: str | os.PathLike, dst_path: str | os.PathLike) -> str:
-    """Write the models and preprocessors of checkpoint ``src_path`` (written by our MAPPO, IPPO or MADDPG) to
+    """Write the models and preprocessors of checkpoint ``src_path`` (written by our MAPPO, IPPO, HAPPO or MADDPG) to
     ``dst_path``, a ``{agent: {module: state_dict}}`` file that skrl 2.1.1's MAPPO/IPPO ``load()`` reads for play.
 
     Kept per agent: ``policy``, ``value``, ``observation_preprocessor``, ``state_preprocessor``, and

@@ -251,7 +251,7 @@ def _add_export_parser(commands) -> None:
     )
     x.add_argument(
         "checkpoint",
-        help="checkpoint written by MAPPO, IPPO or MADDPG (a .pt file), or a run directory of train (its final.pt, "
+        help="checkpoint written by MAPPO, IPPO, HAPPO or MADDPG (a .pt file), or a run directory of train (its final.pt, "
         "else its newest intact checkpoint) (required)",
     )
     x.add_argument("--out", required=True, help="the file to write (required, no default)")
