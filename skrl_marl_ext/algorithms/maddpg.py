@@ -54,7 +54,7 @@ from skrl_marl_ext.functional import (
     polyak_update_,
     smooth_target_actions,
 )
-from skrl_marl_ext.keys import ACTION_MASK_KEY, MEAN_ACTIONS_KEY, PRE_TANH_ACTIONS_KEY
+from skrl_marl_ext.keys import ACTION_MASK_KEY, PRE_TANH_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import mask_logits
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
@@ -265,40 +265,6 @@ class MADDPG(OffPolicyAgent):
         )
 
     # ------------------------------------------------------------------ acting
-
-    def act(
-        self,
-        observations: dict[str, torch.Tensor],
-        states: dict[str, torch.Tensor | None] | None,
-        *,
-        timestep: int,
-        timesteps: int,
-    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Actions of every agent, one forward pass per group, with exploration noise in training (nothing is stored
-        here: see :meth:`record_transition`).
-
-        :param observations: ``{agent: (N, obs_size)}``; agents absent from the dict get no action.
-        :param states: ``{agent: (N, state_size) or None}``.
-        :param timestep: Current timestep (the noise schedule and ``cfg.random_timesteps`` read it).
-        :param timesteps: Number of timesteps.
-        :return: ``(actions, outputs)``: ``actions[agent]`` ``(N, action_size)`` (``(N, 1)`` indexes for Discrete
-            spaces), ``outputs[agent]`` the policy's outputs. In evaluation the actions are deterministic (no noise,
-            greedy) and ``outputs["mean_actions"]`` holds them too, where skrl's trainers look for them.
-        """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
-        actions, outputs = {}, {}
-        with torch.no_grad():
-            for group in self.groups:
-                if any(uid in observations for uid in group.uids):
-                    group_actions, group_outputs = self._act_group(
-                        group, observations, states, timestep=timestep, timesteps=timesteps
-                    )
-                    for uid, (action, agent_outputs) in group.split(observations, group_actions, group_outputs).items():
-                        actions[uid], outputs[uid] = action, agent_outputs
-        if not self.training:  # acting was deterministic: the same tensors
-            outputs[MEAN_ACTIONS_KEY] = dict(actions)
-        return actions, outputs
 
     def _noise_scale(self, timestep: int, timesteps: int) -> float:
         """The noise factor at ``timestep``: linear from the initial to the final scale over ``exploration_timesteps``

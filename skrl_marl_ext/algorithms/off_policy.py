@@ -38,7 +38,7 @@ from skrl_marl_ext.functional.gumbel import gumbel_max_actions
 from skrl_marl_ext.groups import AgentGroup
 from skrl_marl_ext.groups.optim import Adam, scaled_step
 from skrl_marl_ext.groups.preprocessors import stackable_preprocessor
-from skrl_marl_ext.keys import AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY
+from skrl_marl_ext.keys import AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STATES_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.preprocessors import identity
 from skrl_marl_ext.storage.replay import JointReplay, ReplayState
@@ -268,6 +268,46 @@ class OffPolicyAgent(GroupedMultiAgent):
 
     # ------------------------------------------------------------------ acting
 
+    def act(
+        self,
+        observations: dict[str, torch.Tensor],
+        states: dict[str, torch.Tensor | None] | None,
+        *,
+        timestep: int,
+        timesteps: int,
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Actions of every agent, one forward pass per group, exploring in training as the algorithm does
+        (``_act_group``; nothing is stored here: see :meth:`record_transition`).
+
+        :param observations: ``{agent: (N, obs_size)}``; agents absent from the dict get no action.
+        :param states: ``{agent: (N, state_size) or None}``.
+        :param timestep: Current timestep (the exploration schedule and ``cfg.random_timesteps`` read it).
+        :param timesteps: Number of timesteps.
+        :return: ``(actions, outputs)``: ``actions[agent]`` ``(N, action_size)`` (``(N, 1)`` indexes for Discrete
+            spaces), ``outputs[agent]`` the policy's outputs. In evaluation the actions are deterministic (no noise,
+            greedy) and ``outputs["mean_actions"]`` holds them too, where skrl's trainers look for them.
+        """
+        timestep, timesteps = self._shift(timestep, timesteps)
+        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
+        actions, outputs = {}, {}
+        with torch.no_grad():
+            for group in self.groups:
+                if any(uid in observations for uid in group.uids):
+                    group_actions, group_outputs = self._act_group(
+                        group, observations, states, timestep=timestep, timesteps=timesteps
+                    )
+                    for uid, (action, agent_outputs) in group.split(observations, group_actions, group_outputs).items():
+                        actions[uid], outputs[uid] = action, agent_outputs
+        if not self.training:  # acting was deterministic: the same tensors
+            outputs[MEAN_ACTIONS_KEY] = dict(actions)
+        return actions, outputs
+
+    def _act_group(
+        self, group: OffPolicyGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
+    ) -> tuple[torch.Tensor, dict]:
+        """One group's actions ``(G, N, size)`` and the policy's outputs (the algorithm's)."""
+        raise NotImplementedError
+
     def _random_actions(self, group: OffPolicyGroup, rows: int, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``rows`` uniform actions of the group's space (among the allowed ones where ``mask`` is given)."""
         if group.discrete:
@@ -460,14 +500,16 @@ class OffPolicyAgent(GroupedMultiAgent):
         taken = {u: self._encode_actions(u, batch[u]["actions"]) for u in self.possible_agents}
         return batch, self._joint(taken)
 
-    def _update_statistics(self, group: AgentGroup, batch: dict, mask: torch.Tensor | None = None) -> None:
-        """Fold the batch's rows of the group's agents into its preprocessors' statistics, where ``mask`` (the
-        agents' own masks when None) is True."""
+    def _update_statistics(
+        self, group: AgentGroup, batch: dict, mask: torch.Tensor | None = None, kinds=("observation", "state")
+    ) -> None:
+        """Fold the batch's rows of the group's agents into the statistics of its preprocessors of ``kinds``, where
+        ``mask`` (the agents' own masks when None) is True."""
         mask = self._per_agent(group, batch, "agent_mask") if mask is None else mask  # (G, B, 1)
-        if group.observation_preprocessor is not identity:
+        if "observation" in kinds and group.observation_preprocessor is not identity:
             obs = self._per_agent(group, batch, "observations")
             group.update_statistics("observation", obs, mask, agent_dim=0)
-        if group.state_preprocessor is not identity:
+        if "state" in kinds and group.state_preprocessor is not identity:
             if self.env_states:
                 group.update_statistics("state", self._per_agent(group, batch, "states"), mask, agent_dim=0)
             else:  # one joint observation for the group: where any agent is alive (each agent's own: where it is)
