@@ -16,11 +16,11 @@ sys.path.insert(0, str(REPO / "docs" / "_ext"))
 from helpers import one_thread  # noqa: E402, F401  (one_thread: autouse)
 from marl_tables import config_rows, option_rows, subcommands  # noqa: E402
 
-from skrl_marl_ext import HAPPO_CFG, IPPO_CFG, MADDPG_CFG, MAPPO_CFG  # noqa: E402
+from skrl_marl_ext import HAPPO_CFG, HASAC_CFG, IPPO_CFG, MADDPG_CFG, MAPPO_CFG, MASAC_CFG  # noqa: E402
 from skrl_marl_ext.cli import make_parser  # noqa: E402
 
 
-@pytest.mark.parametrize("cfg_class", [MAPPO_CFG, IPPO_CFG, MADDPG_CFG, HAPPO_CFG])
+@pytest.mark.parametrize("cfg_class", [MAPPO_CFG, IPPO_CFG, MADDPG_CFG, HAPPO_CFG, MASAC_CFG, HASAC_CFG])
 def test_config_table_lists_every_field_with_its_default_and_doc(cfg_class):
     rows = config_rows(cfg_class)
     fields = dataclasses.fields(cfg_class)
