@@ -26,7 +26,7 @@ def test_builds_and_trains_for_each_kind_of_actions_critics_and_batching(cls, co
         assert len(agent.tracking_data[f"Loss / Critic loss ({label})"]) == 4
     for uid in env.possible_agents:
         assert len(agent.tracking_data[f"Coefficient / Temperature ({uid})"]) == 4
-    assert all(t != 1.0 for t in temperatures(agent).values())  # learned
+    assert all(t != agent.cfg.initial_temperature for t in temperatures(agent).values())  # learned
 
 
 def test_agents_sharing_models_form_one_group_with_one_temperature():

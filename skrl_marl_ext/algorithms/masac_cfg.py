@@ -27,10 +27,11 @@ class MASAC_CFG(OffPolicyCfg):
         "critic_entropy",
     )
 
-    initial_temperature: float = 1.0
+    initial_temperature: float = 0.2
     """The entropy temperature ``alpha`` of every agent (and of the critics' target) at the start, ``> 0`` (one value
-    for all agents). 1.0: HARL's ``log_alpha = 0`` and BenchMARL's ``alpha_init`` when the temperature is learned
-    (HARL's ``alpha`` is then unused)."""
+    for all agents). 0.2: skrl's ``SAC_CFG.initial_entropy_value``. HARL and BenchMARL start learned temperatures at 1
+    (HARL's tuned MaMuJoCo configs, ``configs/hasac_mamujoco.yaml``); on tasks of small per-step rewards (VMAS, MPE)
+    that holds the policies near uniform for thousands of gradient steps before the temperatures come down."""
 
     learn_temperature: bool = True
     """Learn each agent's temperature towards its ``target_entropy`` (SAC's automatic temperature; HARL's
