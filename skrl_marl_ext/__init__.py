@@ -1,4 +1,4 @@
-"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, HAPPO, MADDPG) for skrl 2.x, drop-in for skrl's trainers.
+"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, HAPPO, MADDPG, MASAC, HASAC) for skrl 2.x, drop-in for skrl's trainers.
 
 The names below are imported on first use, so ``import skrl_marl_ext`` does not import skrl: ``python -m
 skrl_marl_ext`` under ``torchrun`` must create the process group before skrl's import-time setup runs (skrl calls
