@@ -40,6 +40,7 @@ from skrl.models.torch import CategoricalMixin, Model
 from skrl.utils.spaces.torch import compute_space_size
 from torch import nn
 
+from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.masac_cfg import MASAC_CFG
 from skrl_marl_ext.algorithms.off_policy import OffPolicyAgent, OffPolicyGroup
 from skrl_marl_ext.checks.arguments import dry_run
@@ -231,6 +232,9 @@ class MASAC(OffPolicyAgent):
         team.critic_state_space = self._critic_state_space(first)
         self._check_critics(team, ROLES[1:], rows=2)
         team.state_preprocessor = self._make_preprocessor(team, "state", team.critic_state_space)
+        if distributed.is_distributed():  # every rank from rank 0's critics (the groups broadcast the policies)
+            for model in team.unique_models():
+                distributed.broadcast_state(model)
         self._copy_targets(team, list(TARGET_PAIRS))
         self._set_up_optimizers(team)
         modules = {role: team.models[role] for role in ROLES[1:]}
