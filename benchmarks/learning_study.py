@@ -183,7 +183,8 @@ class Variant:
     builder: str
     """Key of :data:`BUILDERS`."""
     algo: str
-    """``mappo``, ``ippo``, ``happo`` or ``maddpg``: the default config of ``skrl-marl train`` it starts from."""
+    """``mappo``, ``ippo``, ``happo``, ``maddpg``, ``masac`` or ``hasac``: the default config of ``skrl-marl train`` it
+    starts from."""
     impl: str = "ours"
     """``ours`` (skrl_marl_ext) or ``skrl`` (skrl's built-in agent)."""
     overrides: tuple[tuple[str, Any], ...] = ()
@@ -271,6 +272,10 @@ VARIANTS: dict[str, Variant] = {
     ),
     # the twin critics with the noise ending at std 0.09 (rows first run as "maddpg-twin", then as "maddpg"); the
     # defaults before the twin critics (its rows were run as "maddpg" then); the config hashes are the same
+    "masac": Variant(
+        "runner", "masac", note="skrl_marl_ext.MASAC, configs/masac.yaml (relu models, per-agent twin critics)"
+    ),
+    "hasac": Variant("runner", "hasac", note="skrl_marl_ext.HASAC, configs/hasac.yaml (relu models, one team critic)"),
     "maddpg-noise009": Variant("runner", "maddpg", overrides=NOISE_009, note="MADDPG, noise std 0.3 -> 0.09"),
     "maddpg-1critic": Variant("runner", "maddpg", overrides=ONE_CRITIC, note="MADDPG, one critic per agent"),
     # probes of the navigation collapse with one critic: BenchMARL's replay of 1M frames (7813 rows x 128
@@ -328,6 +333,8 @@ VARIANTS: dict[str, Variant] = {
 }
 """The study's variants by name (the report lists them in this order)."""
 DEFAULT_ALGOS = ("skrl-mappo", "mappo", "skrl-ippo", "ippo", "mappo-paper")
+OFF_POLICY = ("maddpg", "masac", "hasac")
+"""The variants' algorithms with a replay (their runs are built from their own configs through our Runner)."""
 
 HARL_ENVS = 20
 """HARL's n_rollout_threads of its on-policy MaMuJoCo configs (MADDPG's: 10, in its variant)."""
@@ -370,10 +377,25 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
         num_envs=10,
         note="MADDPG, configs/maddpg_mamujoco.yaml (HARL's, 10 envs, one-step targets)",
     ),
+    "hasac": Variant(
+        "runner",
+        "hasac",
+        config="hasac_mamujoco",
+        num_envs=HARL_ENVS,
+        note="HASAC, configs/hasac_mamujoco.yaml (HARL's: a policy per agent, one team soft critic, one-step targets)",
+    ),
+    "masac": Variant(
+        "runner",
+        "masac",
+        config="hasac_mamujoco",
+        num_envs=HARL_ENVS,
+        overrides=(("class", "MASAC"), ("update_order", REMOVE)),
+        note="MASAC, configs/hasac_mamujoco.yaml with every policy stepped at once",
+    ),
 }
 """The variants of the MaMuJoCo tasks (the names of :data:`VARIANTS` there mean these): HARL's tuned configs as the
 package ships them, through our Runner."""
-MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg")
+MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg", "hasac", "masac")
 
 HARL_TASK_OVERRIDES: dict[str, tuple[tuple[str, Any], ...]] = {
     # HARL's tuned Walker2d-v2-2x3 HAPPO and MAPPO (its lr and critic_lr 1e-3, linear decay to 0); HalfCheetah-6x1
@@ -396,9 +418,9 @@ def variants_for(task: str) -> dict[str, Variant]:
 
 
 def task_overrides(variant: Variant, *, task: str, timesteps: int) -> tuple[tuple[str, Any], ...]:
-    """The per-task overrides of :data:`HARL_TASK_OVERRIDES` for an on-policy variant (none for MADDPG), with
-    ``LinearLR``'s arguments for a run of ``timesteps`` steps (one scheduler step per learning epoch)."""
-    if variant.algo == "maddpg":
+    """The per-task overrides of :data:`HARL_TASK_OVERRIDES` for an on-policy variant (none for the off-policy ones),
+    with ``LinearLR``'s arguments for a run of ``timesteps`` steps (one scheduler step per learning epoch)."""
+    if variant.algo in OFF_POLICY:
         return ()
     overrides = HARL_TASK_OVERRIDES.get(task, ())
     values = dict(overrides)

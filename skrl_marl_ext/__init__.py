@@ -1,4 +1,4 @@
-"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, HAPPO, MADDPG) for skrl 2.x, drop-in for skrl's trainers.
+"""skrl_marl_ext: multi-agent algorithms (MAPPO, IPPO, HAPPO, MADDPG, MASAC, HASAC) for skrl 2.x, drop-in for skrl's trainers.
 
 The names below are imported on first use, so ``import skrl_marl_ext`` does not import skrl: ``python -m
 skrl_marl_ext`` under ``torchrun`` must create the process group before skrl's import-time setup runs (skrl calls
@@ -16,12 +16,16 @@ _EXPORTS = {
     "AGENT_MASK_KEY": "skrl_marl_ext.keys",
     "HAPPO": "skrl_marl_ext.algorithms",
     "HAPPO_CFG": "skrl_marl_ext.algorithms",
+    "HASAC": "skrl_marl_ext.algorithms.hasac",
+    "HASAC_CFG": "skrl_marl_ext.algorithms",
     "IPPO": "skrl_marl_ext.algorithms",
     "IPPO_CFG": "skrl_marl_ext.algorithms",
     "MADDPG": "skrl_marl_ext.algorithms.maddpg",  # a missing MADDPG fails on its own, not with the other agents
     "MADDPG_CFG": "skrl_marl_ext.algorithms",
     "MAPPO": "skrl_marl_ext.algorithms",
     "MAPPO_CFG": "skrl_marl_ext.algorithms",
+    "MASAC": "skrl_marl_ext.algorithms.masac",
+    "MASAC_CFG": "skrl_marl_ext.algorithms",
     "ValueNorm": "skrl_marl_ext.preprocessors",
     "export_for_skrl": "skrl_marl_ext.checkpoints.export",
     "joint_action_space": "skrl_marl_ext.models.maddpg_models",
@@ -32,12 +36,16 @@ __all__ = [
     "AGENT_MASK_KEY",
     "HAPPO",
     "HAPPO_CFG",
+    "HASAC",
+    "HASAC_CFG",
     "IPPO",
     "IPPO_CFG",
     "MADDPG",
     "MADDPG_CFG",
     "MAPPO",
     "MAPPO_CFG",
+    "MASAC",
+    "MASAC_CFG",
     "ValueNorm",
     "__version__",
     "export_for_skrl",
@@ -45,7 +53,20 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from skrl_marl_ext.algorithms import HAPPO, HAPPO_CFG, IPPO, IPPO_CFG, MADDPG, MADDPG_CFG, MAPPO, MAPPO_CFG
+    from skrl_marl_ext.algorithms import (
+        HAPPO,
+        HAPPO_CFG,
+        HASAC_CFG,
+        IPPO,
+        IPPO_CFG,
+        MADDPG,
+        MADDPG_CFG,
+        MAPPO,
+        MAPPO_CFG,
+        MASAC_CFG,
+    )
+    from skrl_marl_ext.algorithms.hasac import HASAC
+    from skrl_marl_ext.algorithms.masac import MASAC
     from skrl_marl_ext.checkpoints.export import export_for_skrl
     from skrl_marl_ext.keys import AGENT_MASK_KEY
     from skrl_marl_ext.models.maddpg_models import joint_action_space

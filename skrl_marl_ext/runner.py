@@ -1,4 +1,4 @@
-"""skrl's YAML ``Runner``, resolving ``agent: class: MAPPO|IPPO|HAPPO|MADDPG`` to this package's agents.
+"""skrl's YAML ``Runner``, resolving ``agent: class: MAPPO|IPPO|HAPPO|MADDPG|MASAC|HASAC`` to this package's agents.
 
 skrl's :class:`skrl.utils.runner.torch.Runner` maps class names to classes through a hard-coded table, so a YAML
 file written for skrl (an Isaac Lab ``skrl_mappo_cfg.yaml``, say, 1.x key names included) always builds skrl's own
@@ -15,8 +15,8 @@ instantiators, ``RandomMemory``, ``SequentialTrainer``, the 1.x key mapping) is 
 
 Additions, all optional in the YAML:
 
-- Model classes ``PolicyMLP`` (for MAPPO/IPPO a Gaussian policy for Box actions; for MADDPG a deterministic one; a
-  masked categorical policy for Discrete actions in both), ``GaussianMLP``, ``CategoricalMLP``, ``ValueMLP``,
+- Model classes ``PolicyMLP`` (for MAPPO/IPPO a Gaussian policy for Box actions; for MADDPG a deterministic one; for
+  MASAC/HASAC a squashed Gaussian one; a masked categorical policy for Discrete actions in all), ``GaussianMLP``, ``CategoricalMLP``, ``ValueMLP``,
   ``DeterministicMLP`` and ``QMLP`` from :mod:`skrl_marl_ext.models`, besides skrl's ``GaussianMixin``/
   ``DeterministicMixin``/... instantiators. Their other keys are the classes' arguments.
 - Recurrent models for MAPPO/IPPO: ``PolicyRNN`` (``GaussianRNN`` for Box actions, ``CategoricalRNN`` for Discrete),
@@ -36,6 +36,9 @@ Additions, all optional in the YAML:
   agent, built as the first (clipped double Q; ``configs/maddpg.yaml``, the CLI's default, has one; ``critic_2: null``
   leaves it out). ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
   ``exploration_noise_kwargs`` (skrl 2.x DDPG keys) becomes the noise instance MADDPG takes.
+- MASAC and HASAC: the models as MADDPG's without ``target_policy``; ``critic_2`` (twin soft critics) is built as
+  ``critic`` when its section is left out. ``models: team_critic: true`` gives every agent the first agent's four
+  critic models, each agent its own policy: one team critic (HARL's). ``memory: memory_size`` must be given.
 """
 
 from __future__ import annotations
@@ -67,25 +70,36 @@ from skrl_marl_ext.models import (
     DeterministicMLP,
     GaussianMLP,
     GaussianRNN,
+    SquashedGaussianMLP,
     ValueMLP,
     ValueRNN,
     joint_action_space,
 )
 from skrl_marl_ext.models.mlp import _ACTIVATIONS
 
-ALGORITHM_NAMES = ("mappo", "ippo", "maddpg", "happo")
+ALGORITHM_NAMES = ("mappo", "ippo", "maddpg", "happo", "masac", "hasac")
 """Our agents by lower-case name, as ``agent: class:`` and ``skrl-marl train --algo`` take them."""
 
 CRITIC_ROLES = ("critic", "target_critic", "critic_2", "target_critic_2")
-"""MADDPG roles that read the global state and the joint action."""
+"""MADDPG's, MASAC's and HASAC's roles that read the global state and the joint action."""
+OFF_POLICY = ("maddpg", "masac", "hasac")
+"""The algorithms with a replay memory and critics of the joint action."""
+SAC = ("masac", "hasac")
 
 
 def load_algorithm(name: str) -> tuple[type, type]:
-    """``(agent class, config class)`` of one of :data:`ALGORITHM_NAMES` (MADDPG is imported only here).
+    """``(agent class, config class)`` of one of :data:`ALGORITHM_NAMES` (the off-policy agents are imported only
+    here).
 
     :raises ValueError: On another name, or when MADDPG cannot be imported (the message says so in one line).
     """
     key = name.lower()
+    if key in SAC:
+        from skrl_marl_ext.algorithms import HASAC_CFG, MASAC_CFG
+        from skrl_marl_ext.algorithms.hasac import HASAC
+        from skrl_marl_ext.algorithms.masac import MASAC
+
+        return (MASAC, MASAC_CFG) if key == "masac" else (HASAC, HASAC_CFG)
     if key == "mappo":
         return MAPPO, MAPPO_CFG
     if key == "ippo":
@@ -121,10 +135,11 @@ def _policy(name: str, box: type, discrete: type, action_space, **kwargs):
     raise ValueError(f"{name}: action space {action_space} is neither Box nor Discrete; give a model class")
 
 
-def policy_mlp(*, action_space, deterministic=False, **kwargs):
+def policy_mlp(*, action_space, deterministic=False, squashed=False, **kwargs):
     """A :class:`~skrl_marl_ext.models.GaussianMLP` for Box actions, a :class:`CategoricalMLP` for Discrete.
 
     :param deterministic: Box actions get a :class:`~skrl_marl_ext.models.DeterministicMLP` (MADDPG) instead.
+    :param squashed: Box actions get a :class:`~skrl_marl_ext.models.SquashedGaussianMLP` (MASAC, HASAC) instead.
 
     :param kwargs: Arguments of the chosen class (``initial_log_std`` is dropped for Discrete actions).
 
@@ -134,6 +149,10 @@ def policy_mlp(*, action_space, deterministic=False, **kwargs):
         for key in ("initial_log_std", "clip_actions", "clip_log_std", "min_log_std", "max_log_std"):
             kwargs.pop(key, None)
         return DeterministicMLP(action_space=action_space, **kwargs)
+    if isinstance(action_space, gymnasium.spaces.Box) and squashed:
+        for key in ("initial_log_std", "clip_actions", "clip_log_std", "min_log_std", "max_log_std"):
+            kwargs.pop(key, None)
+        return SquashedGaussianMLP(action_space=action_space, **kwargs)
     return _policy("PolicyMLP", GaussianMLP, CategoricalMLP, action_space, **kwargs)
 
 
@@ -151,6 +170,11 @@ def deterministic_policy_mlp(**kwargs):
     return policy_mlp(deterministic=True, **kwargs)
 
 
+def squashed_policy_mlp(**kwargs):
+    """:func:`policy_mlp` for MASAC and HASAC: a :class:`~skrl_marl_ext.models.SquashedGaussianMLP` for Box actions."""
+    return policy_mlp(squashed=True, **kwargs)
+
+
 MODELS: dict[str, tuple[Any, Any]] = {
     "PolicyMLP": (policy_mlp, GaussianMLP),  # Discrete actions take GaussianMLP's arguments less the Gaussian ones
     "GaussianMLP": (GaussianMLP, GaussianMLP),
@@ -158,6 +182,7 @@ MODELS: dict[str, tuple[Any, Any]] = {
     "ValueMLP": (ValueMLP, ValueMLP),
     "DeterministicMLP": (DeterministicMLP, DeterministicMLP),
     "QMLP": (QMLP, QMLP),
+    "SquashedGaussianMLP": (SquashedGaussianMLP, SquashedGaussianMLP),
     "PolicyRNN": (policy_rnn, GaussianRNN),
     "GaussianRNN": (GaussianRNN, GaussianRNN),
     "CategoricalRNN": (CategoricalRNN, CategoricalRNN),
@@ -181,7 +206,8 @@ def _scale_rewards(rewards, *args, scale: float, **kwargs):
 
 class Runner(SkrlRunner):
     def __init__(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], *, verbose: bool = False) -> None:
-        """skrl's Runner with ``MAPPO``/``IPPO``/``HAPPO``/``MADDPG`` resolved to :mod:`skrl_marl_ext` (see the module docstring).
+        """skrl's Runner with this package's agents (:data:`ALGORITHM_NAMES`) resolved to :mod:`skrl_marl_ext` (see the
+        module docstring).
 
         :param env: A skrl multi-agent env wrapper.
         :param cfg: The configuration, as :meth:`load_cfg_from_yaml` reads it.
@@ -244,6 +270,8 @@ class Runner(SkrlRunner):
             return load_algorithm(key.removesuffix("_cfg"))[key.endswith("_cfg")]
         if key == "policymlp" and self._algorithm == "maddpg":
             return deterministic_policy_mlp
+        if key == "policymlp" and self._algorithm in SAC:
+            return squashed_policy_mlp
         if key in _MODELS:
             return _MODELS[key]
         return super()._component(name)
@@ -253,47 +281,53 @@ class Runner(SkrlRunner):
         models_cfg = cfg.setdefault("models", {})
         share = bool(models_cfg.pop(SHARE_KEY, False))
         team_critic = bool(models_cfg.pop(TEAM_CRITIC_KEY, False))
-        if team_critic and self._algorithm != "happo":
+        if team_critic and self._algorithm not in ("happo", *SAC):
             raise ValueError(
-                f"Runner: models.team_critic is HAPPO's (one value model for agents with policies of their own); "
-                f"{self._algorithm.upper()} trains a shared value model only with a shared policy: set "
+                f"Runner: models.team_critic is HAPPO's, MASAC's and HASAC's (one critic for agents with policies of "
+                f"their own); {self._algorithm.upper()} trains a shared critic only with a shared policy: set "
                 "models.share_across_agents: true instead"
             )
         if models_cfg.get("separate") is None:
             models_cfg["separate"] = True
-        if self._algorithm == "maddpg":
-            models = self._generate_maddpg_models(env, models_cfg)
+        if self._algorithm in OFF_POLICY:
+            models = self._generate_off_policy_models(env, models_cfg)
         else:
             models = super()._generate_models(env, cfg)
         if share:
             models = _share_models(env, models)
-        return _team_critic(env, models) if team_critic else models
+        if not team_critic:
+            return models
+        return _team_critic(env, models, roles=CRITIC_ROLES if self._algorithm in SAC else ("value",))
 
-    def _generate_maddpg_models(self, env: MultiAgentEnvWrapper, models_cfg: dict[str, Any]) -> dict[str, dict]:
-        """Per agent ``policy``, ``target_policy``, ``critic``, ``target_critic``, and ``critic_2``,
-        ``target_critic_2`` where a ``critic_2`` section is given (see the module docstring)."""
+    def _generate_off_policy_models(self, env: MultiAgentEnvWrapper, models_cfg: dict[str, Any]) -> dict[str, dict]:
+        """Per agent ``policy`` (MADDPG: and ``target_policy``), ``critic``, ``target_critic``, and ``critic_2``,
+        ``target_critic_2`` where a ``critic_2`` section is given (MASAC and HASAC: always; see the module
+        docstring)."""
+        name, sac = self._algorithm.upper(), self._algorithm in SAC
         if not models_cfg.pop("separate", True):
-            raise ValueError("Runner: MADDPG needs separate models (models: separate: True)")
+            raise ValueError(f"Runner: {name} needs separate models (models: separate: True)")
+        if sac and models_cfg.get("critic_2") is None and isinstance(models_cfg.get("critic"), dict):
+            models_cfg["critic_2"] = models_cfg["critic"]  # twin soft critics: a second one built as the first
         twin = models_cfg.get("critic_2") is not None  # clipped double Q
         for role in ("policy", "critic", *(("critic_2",) if twin else ())):
             if not isinstance(models_cfg.get(role), dict) or not models_cfg[role].get("class"):
-                raise ValueError(f"Runner: MADDPG needs a 'models: {role}:' section with a 'class'")
-        roles = {
-            "policy": models_cfg["policy"],
-            "target_policy": models_cfg.get("target_policy") or models_cfg["policy"],
-            "critic": models_cfg["critic"],
-            "target_critic": models_cfg.get("target_critic") or models_cfg["critic"],
-        }
+                raise ValueError(f"Runner: {name} needs a 'models: {role}:' section with a 'class'")
+        roles = {"policy": models_cfg["policy"]}
+        if not sac:
+            roles["target_policy"] = models_cfg.get("target_policy") or models_cfg["policy"]
+        roles.update(critic=models_cfg["critic"], target_critic=models_cfg.get("target_critic") or models_cfg["critic"])
         if twin:
             roles["critic_2"] = models_cfg["critic_2"]
             roles["target_critic_2"] = models_cfg.get("target_critic_2") or models_cfg["critic_2"]
-        # a section set to null is left out (the CLI's models.critic_2=null turns the default twin critics off)
+        # a section set to null is left out (the CLI's models.critic_2=null turns MADDPG's default twin critics off)
         unknown = sorted(role for role, section in models_cfg.items() if role not in roles and section is not None)
         if unknown:
-            raise ValueError(
-                "Runner: MADDPG models are policy, target_policy, critic, target_critic (and critic_2, "
-                f"target_critic_2); got also {unknown}"
+            known = (
+                ", ".join(roles)
+                if sac
+                else "policy, target_policy, critic, target_critic (and critic_2, target_critic_2)"
             )
+            raise ValueError(f"Runner: {name} models are {known}; got also {unknown}")
         joint = joint_action_space(env.action_spaces, env.possible_agents)
         states = [env.state_spaces.get(uid) for uid in env.possible_agents]
         if all(space is not None for space in states):
@@ -323,14 +357,15 @@ class Runner(SkrlRunner):
     def _generate_agent(self, env: MultiAgentEnvWrapper, cfg: dict[str, Any], models: dict[str, dict[str, Any]]):
         if self._algorithm == "happo":
             return self._generate_happo(env, cfg, models)
-        if self._algorithm != "maddpg":
+        if self._algorithm not in OFF_POLICY:
             return super()._generate_agent(env, cfg, models)
+        name = self._algorithm.upper()
         memory_cfg = cfg.get("memory") or {}
         if not memory_cfg.get("class"):
-            raise ValueError("Runner: MADDPG needs a 'memory:' section with a 'class' (e.g. RandomMemory)")
+            raise ValueError(f"Runner: {name} needs a 'memory:' section with a 'class' (e.g. RandomMemory)")
         if not isinstance(memory_cfg.get("memory_size"), int) or memory_cfg["memory_size"] < 1:
             raise ValueError(
-                "Runner: MADDPG needs memory.memory_size, the replay memory's rows per env (e.g. 10000), got "
+                f"Runner: {name} needs memory.memory_size, the replay memory's rows per env (e.g. 10000), got "
                 f"{memory_cfg.get('memory_size')!r}"
             )
         memories = self._memories(env, memory_cfg)
@@ -391,14 +426,17 @@ def _share_models(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) 
     return models
 
 
-def _team_critic(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every agent takes the first agent's value model (HAPPO's team critic); the others built are dropped."""
+def _team_critic(
+    env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]], *, roles: tuple[str, ...] = ("value",)
+) -> dict[str, dict[str, Any]]:
+    """Every agent takes the first agent's models of ``roles`` (HAPPO's value model, MASAC's and HASAC's critics and
+    their targets: a team critic); the others built are dropped."""
     first = env.possible_agents[0]
     differ = [uid for uid in env.possible_agents if env.state_spaces.get(uid) != env.state_spaces.get(first)]
     if differ:
         raise ValueError(
-            f"Runner: models.team_critic gives every agent {first}'s value model, but the state spaces of {differ} "
-            f"differ from {first}'s; give each agent a value model of its own (team_critic: false)"
+            f"Runner: models.team_critic gives every agent {first}'s critic, but the state spaces of {differ} "
+            f"differ from {first}'s; give each agent a critic of its own (team_critic: false)"
         )
-    critic = models[first]["value"]
-    return {uid: {**roles, "value": critic} for uid, roles in models.items()}
+    shared = {role: models[first][role] for role in roles if role in models[first]}
+    return {uid: {**own, **shared} for uid, own in models.items()}

@@ -120,7 +120,7 @@ def test_missing_maddpg_is_one_line(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "argv, expected",
     [
-        (["train", "--algo", "sac"], "--algo sac: unknown algorithm. Choose one of mappo, ippo"),
+        (["train", "--algo", "sac"], "--algo sac: unknown algorithm. Did you mean 'masac'? Choose one of mappo, ippo"),
         (["train", "--env", "gym:CartPole"], "Write vmas:<scenario>"),
         (["train", "--env", "builtin:nope"], "Builtin envs: spread"),
         (["train", "--env", "vmas:no_such_scenario"], "Valid scenarios: "),

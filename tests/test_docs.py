@@ -18,11 +18,11 @@ sys.path.insert(0, str(REPO / "docs"))
 from helpers import one_thread  # noqa: E402, F401  (one_thread: autouse)
 from make_docs_tables import config_rows, option_rows, subcommands  # noqa: E402
 
-from skrl_marl_ext import HAPPO_CFG, IPPO_CFG, MADDPG_CFG, MAPPO_CFG  # noqa: E402
+from skrl_marl_ext import HAPPO_CFG, HASAC_CFG, IPPO_CFG, MADDPG_CFG, MAPPO_CFG, MASAC_CFG  # noqa: E402
 from skrl_marl_ext.cli import make_parser  # noqa: E402
 
 
-@pytest.mark.parametrize("cfg_class", [MAPPO_CFG, IPPO_CFG, MADDPG_CFG, HAPPO_CFG])
+@pytest.mark.parametrize("cfg_class", [MAPPO_CFG, IPPO_CFG, MADDPG_CFG, HAPPO_CFG, MASAC_CFG, HASAC_CFG])
 def test_config_table_lists_every_field_with_its_default_and_doc(cfg_class):
     rows = config_rows(cfg_class)
     fields = dataclasses.fields(cfg_class)
@@ -200,7 +200,7 @@ def _first_paragraph(text: str) -> str:
     return body.split("\n\n")[0]
 
 
-def test_every_algorithm_list_names_the_four(capsys):
+def test_every_algorithm_list_names_all_six(capsys):
     import tomllib
 
     from skrl_marl_ext.cli import main
@@ -214,7 +214,11 @@ def test_every_algorithm_list_names_the_four(capsys):
     for page in ("README.md", "docs/index.md", "docs/envs_cli.md", "docs/usage.md"):
         texts[f"{page} intro"] = _first_paragraph((REPO / page).read_text())
     for where, text in texts.items():
-        missing = [name for name in ("MAPPO", "IPPO", "HAPPO", "MADDPG") if name not in " ".join(text.split())]
+        missing = [
+            name
+            for name in ("MAPPO", "IPPO", "HAPPO", "MADDPG", "MASAC", "HASAC")
+            if name not in " ".join(text.split())
+        ]
         assert not missing, f"{where} does not name {missing}"
 
 

@@ -29,6 +29,10 @@ if algo.startswith("maddpg"):  # maddpg-twin: clipped double Q with a policy del
     twin = algo == "maddpg-twin"
     models = make_maddpg_models(env, twin=twin)
     agent = make_maddpg(env, models=models, cfg={"batch_size": 16, "policy_delay": 2 if twin else 1})
+elif algo in ("masac", "hasac-team"):  # HASAC with one team critic, broadcast from rank 0 as the policies are
+    from sac_helpers import HASAC, MASAC, make_sac
+
+    agent = make_sac(env, {"batch_size": 16}, cls=MASAC if algo == "masac" else HASAC, team=algo == "hasac-team")
 else:
     agent = make_agent(env, algo, cfg={"rollouts": 4, "learning_epochs": 2, "mini_batches": 2, "experiment": QUIET})
 initial = torch.cat([params(m) for uid in env.possible_agents for m in agent.models[uid].values()])

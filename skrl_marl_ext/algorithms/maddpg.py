@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
 import warnings
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -42,11 +40,9 @@ from skrl.models.torch import CategoricalMixin, DeterministicMixin, Model
 from skrl.resources.noises.torch import GaussianNoise
 from skrl.utils.spaces.torch import compute_space_size
 
-from skrl_marl_ext.algorithms.base import GroupedMultiAgent, Progress
 from skrl_marl_ext.algorithms.maddpg_cfg import MADDPG_CFG
-from skrl_marl_ext.checks.arguments import call_model, dry_run, expect_shape
-from skrl_marl_ext.features.masks import agent_mask
-from skrl_marl_ext.features.recurrent import is_recurrent
+from skrl_marl_ext.algorithms.off_policy import OffPolicyAgent, OffPolicyGroup, OffPolicyProgress
+from skrl_marl_ext.checks.arguments import call_model, dry_run
 from skrl_marl_ext.functional import (
     actor_loss,
     critic_loss,
@@ -58,22 +54,8 @@ from skrl_marl_ext.functional import (
     polyak_update_,
     smooth_target_actions,
 )
-from skrl_marl_ext.functional.gumbel import gumbel_max_actions
-from skrl_marl_ext.groups import AgentGroup
-from skrl_marl_ext.groups.optim import Adam
-from skrl_marl_ext.groups.preprocessors import stackable_preprocessor
-from skrl_marl_ext.keys import (
-    ACTION_MASK_KEY,
-    AGENT_MASK_KEY,
-    FINAL_OBSERVATIONS_KEY,
-    FINAL_STATES_KEY,
-    MEAN_ACTIONS_KEY,
-    PRE_TANH_ACTIONS_KEY,
-)
-from skrl_marl_ext.models.maddpg_models import action_encoding_size
+from skrl_marl_ext.keys import ACTION_MASK_KEY, PRE_TANH_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import mask_logits
-from skrl_marl_ext.preprocessors import identity
-from skrl_marl_ext.storage.replay import JointReplay, ReplayState
 
 ROLES = ("policy", "target_policy", "critic", "target_critic")
 """Model roles every agent needs (skrl DDPG's names)."""
@@ -84,44 +66,24 @@ DEFAULT_POLICY_REGULARIZATION = 1e-3
 """``cfg.policy_regularization`` where it is None and the policy gives its pre-tanh output (the MADDPG paper code's)."""
 
 
-@dataclasses.dataclass
-class MADDPGProgress(Progress):
-    """MADDPG's checkpoint module ``progress``: the steps completed and the gradient steps taken."""
-
-    gradient_steps: int = 0
-    """Gradient steps taken: the actors and the targets step when it is a multiple of ``cfg.policy_delay``."""
+MADDPGProgress = OffPolicyProgress
+"""MADDPG's checkpoint module ``progress``: the steps completed and the gradient steps taken (the actors and the
+targets step when their count is a multiple of ``cfg.policy_delay``)."""
 
 
 @dataclasses.dataclass(eq=False)
-class MADDPGGroup(AgentGroup):
-    """A MADDPG group: its four models, two optimisers, exploration noise and action bounds."""
+class MADDPGGroup(OffPolicyGroup):
+    """A MADDPG group: its four (or six) models, two optimisers, exploration noise and action bounds."""
 
-    critic_state_space: gymnasium.Space | None = None
-    """What the critics read under ``"states"``: the env's state, or every agent's observation concatenated."""
     policy_regularization: float = 0.0
     """The weight of the pre-tanh penalty, ``cfg.policy_regularization`` resolved at construction."""
-    policy_optimizer: Adam | None = None
-    critic_optimizer: Adam | None = None
-    policy_schedulers: list = dataclasses.field(default_factory=list)
-    """The actor's learning rate schedulers, one per agent of the optimiser (none without one)."""
-    critic_schedulers: list = dataclasses.field(default_factory=list)
     noise: Any = None
-    low: torch.Tensor | None = None
-    high: torch.Tensor | None = None
-    joint_columns: torch.Tensor | None = None
-    """``(G, action encoding size)``: the columns of each agent's action in the joint action (the actor's scatter)."""
 
-    policy = property(lambda self: self.models["policy"])
     target_policy = property(lambda self: self.models["target_policy"])
-    critic = property(lambda self: self.models["critic"])
     target_critic = property(lambda self: self.models["target_critic"])
-    twin = property(lambda self: "critic_2" in self.models)
-    """Whether the group has a second critic (clipped double Q)."""
-    critic_roles = property(lambda self: ("critic", "critic_2") if self.twin else ("critic",))
-    """The online critic roles, trained by one optimiser (skrl TD3's one optimiser over both critics)."""
 
 
-class MADDPG(GroupedMultiAgent):
+class MADDPG(OffPolicyAgent):
     """Multi-Agent Deep Deterministic Policy Gradient: centralised critics over the global state and every agent's
     action, deterministic (Box) or Gumbel-softmax (Discrete) policies, one replay memory per agent sampled at shared
     indexes; the update, its options and their defaults are on the MADDPG docs page (``docs/maddpg.md``).
@@ -149,7 +111,6 @@ class MADDPG(GroupedMultiAgent):
     cfg_class = MADDPG_CFG
     roles = ROLES
     group_class = MADDPGGroup
-    progress_class = MADDPGProgress
 
     # ------------------------------------------------------------------ construction
 
@@ -178,33 +139,17 @@ class MADDPG(GroupedMultiAgent):
             device=device,
             cfg=cfg,
         )
-        self._form_groups(batchable=self._batchable)
         self.cfg: MADDPG_CFG
-        for uid in self.possible_agents:
-            for role, model in self.models[uid].items():
-                if is_recurrent(model):
-                    raise ValueError(
-                        f"MADDPG: the {role} model of agent '{uid}' is recurrent (its get_specification() has "
-                        "'rnn'); MADDPG replays single transitions and feeds no hidden states. Use an MLP model, or "
-                        "MAPPO/IPPO for recurrent ones"
-                    )
-        self.replay = JointReplay(self.memories, owner=type(self).__name__, possible_agents=self.possible_agents)
-        self._obs_sizes = {
-            u: compute_space_size(self.observation_spaces[u], occupied_size=True) for u in self.possible_agents
-        }
-        self.joint_action_size = sum(action_encoding_size(self.action_spaces[u]) for u in self.possible_agents)
-        """Width of ``inputs["taken_actions"]`` of every critic."""
+        self._form_groups(batchable=self._batchable)
+        self._refuse_recurrent()
+        self._make_replay()
         self._first_continuous = next((group.index for group in self.groups if not group.discrete), None)
         """The group whose acting tracks the exploration noise scale (once per step)."""
         self._broadcast_models()  # before the targets copy their online models
         for group in self.groups:
             self._set_up_group(group)
         self._create_memory_tensors()
-        if self.cfg.checkpoint_replay:
-            for uid in self.possible_agents:
-                self.checkpoint_modules[uid]["replay"] = ReplayState(
-                    self.replay, uid, noises=self._noises(self.group_of[uid])
-                )
+        self._keep_replay(lambda uid: self._noises(self.group_of[uid]))
 
     @staticmethod
     def _twin_critics(models: Any) -> bool:
@@ -228,33 +173,7 @@ class MADDPG(GroupedMultiAgent):
         noises = {"exploration_noise": group.noise, "smooth_regularization_noise": self.cfg.smooth_regularization_noise}
         return {name: noise for name, noise in noises.items() if noise is not None}
 
-    def _batchable(self, uid: str) -> bool:
-        """Agents with models of their own batch unless ``cfg.batch_agent_models`` is off or a preprocessor's
-        statistics cannot be stacked."""
-        preprocessors = ("observation_preprocessor", "state_preprocessor")
-        return self.cfg.batch_agent_models and all(
-            stackable_preprocessor(self.cfg.value_for(name, uid)) for name in preprocessors
-        )
-
-    def _check_action_spaces(self, action_spaces: dict, possible_agents: list[str]) -> None:
-        for uid in possible_agents:
-            action_encoding_size(action_spaces[uid])  # Box and Discrete only
-
-    def _state_spaces(self, state_spaces: dict | None, possible_agents: list[str]) -> dict:
-        self.env_states = isinstance(state_spaces, dict) and all(
-            state_spaces.get(u) is not None for u in possible_agents
-        )
-        """Whether the critics read the env's state (else the concatenated observations)."""
-        return state_spaces if self.env_states else {uid: None for uid in possible_agents}
-
-    def _critic_state_space(self, uid: str) -> gymnasium.Space:
-        if self.env_states:
-            return self.state_spaces[uid]
-        size = sum(self._obs_sizes.values())
-        return gymnasium.spaces.Box(-float("inf"), float("inf"), (size,))
-
     def _set_up_group(self, group: MADDPGGroup) -> None:
-        cfg = group.cfg
         group.critic_state_space = self._critic_state_space(group.uids[0])
         group.joint_columns = self._joint_columns(group)
         self._check_models(group)
@@ -262,21 +181,11 @@ class MADDPG(GroupedMultiAgent):
         group.observation_preprocessor = self._make_preprocessor(group, "observation", group.observation_space)
         group.state_preprocessor = self._make_preprocessor(group, "state", group.critic_state_space)
 
-        self._copy_targets(group)
-        actor_lr, critic_lr = cfg.actor_learning_rate, cfg.critic_learning_rate
-        group.policy_optimizer = group.make_optimizer(group.parameters("policy"), lr=actor_lr)
-        group.critic_optimizer = group.make_optimizer(group.parameters(*group.critic_roles), lr=critic_lr)
-        (actor_scheduler, critic_scheduler) = cfg.learning_rate_scheduler
-        (actor_kwargs, critic_kwargs) = cfg.learning_rate_scheduler_kwargs
-        if actor_scheduler:
-            group.policy_schedulers = [actor_scheduler(v, **actor_kwargs) for v in group.policy_optimizer.views()]
-        if critic_scheduler:
-            group.critic_schedulers = [critic_scheduler(v, **critic_kwargs) for v in group.critic_optimizer.views()]
-
+        pairs = [("target_policy", "policy"), *((f"target_{role}", role) for role in group.critic_roles)]
+        self._copy_targets(group, pairs)
+        self._set_up_optimizers(group)
+        self._set_bounds(group)
         if not group.discrete:
-            space = group.action_space
-            group.low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device).reshape(-1)
-            group.high = torch.as_tensor(space.high, dtype=torch.float32, device=self.device).reshape(-1)
             if self.cfg.exploration_noise is None:
                 group.noise = GaussianNoise(mean=0.0, std=0.3, device=self.device)
             else:
@@ -290,34 +199,6 @@ class MADDPG(GroupedMultiAgent):
         for key in ("observation_preprocessor", "state_preprocessor"):
             modules[key] = getattr(group, key)
         self._register_checkpoint(group, modules)
-
-    def _copy_targets(self, group: MADDPGGroup) -> None:
-        """Targets start as frozen copies of the online models (each agent's of a batched group)."""
-        name = type(self).__name__
-        roles = [("target_policy", "policy"), ("target_critic", "critic")]
-        if group.twin:
-            roles.append(("target_critic_2", "critic_2"))
-        for target_role, role in roles:
-            for target, online in zip(group.unique_models(target_role), group.unique_models(role), strict=True):
-                try:
-                    target.load_state_dict(online.state_dict())
-                except RuntimeError as e:
-                    raise ValueError(
-                        f"{name}: {target_role} of agents {group.uids} does not have the architecture of their "
-                        f"{role} ({e}); build it with the same class and arguments"
-                    ) from e
-                target.freeze_parameters(True)
-            for stacked in group.parameters(target_role):
-                stacked.requires_grad_(False)
-
-    def _joint_columns(self, group: MADDPGGroup) -> torch.Tensor:
-        """The columns of each of the group's agents' action in the joint action, ``(G, action encoding size)``."""
-        starts, start = {}, 0
-        for uid in self.possible_agents:
-            starts[uid] = start
-            start += action_encoding_size(self.action_spaces[uid])
-        width = action_encoding_size(group.action_space)
-        return torch.stack([starts[u] + torch.arange(width) for u in group.uids]).to(self.device)
 
     def _check_models(self, group: MADDPGGroup) -> None:
         name = type(self).__name__
@@ -352,29 +233,7 @@ class MADDPG(GroupedMultiAgent):
             policy_inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(owner=name, group=group, policy_inputs=policy_inputs, device=self.device)
         group.policy_regularization = self._resolve_policy_regularization(group, policy_inputs)
-        state_size = compute_space_size(group.critic_state_space, occupied_size=True)
-        what = "the env's state" if self.env_states else "every agent's observation concatenated"
-        hint = (
-            f"the critic must read inputs['states'] of size {state_size} ({what}) and inputs['taken_actions'] of the "
-            f"joint action size {self.joint_action_size} (every agent's action, one-hot for discrete agents): size it "
-            "with skrl_marl_ext.models.QMLP(state_space=..., action_space=joint_action_space(env.action_spaces, "
-            "env.possible_agents))"
-        )
-        critic_inputs = {
-            "observations": obs,
-            "states": torch.zeros(rows, state_size, device=self.device),
-            "taken_actions": torch.zeros(rows, self.joint_action_size, device=self.device),
-        }
-        if group.twin and group.models["critic_2"] is group.critic:
-            raise ValueError(
-                f"{name}: agents {uids} use one object as critic and critic_2; clipped double Q needs two critics "
-                "(build the model twice, so they start from different weights)"
-            )
-        for role in ("critic", "target_critic", *(TWIN_ROLES if group.twin else ())):
-            what = f"the {role} of agents {uids}"
-            with torch.no_grad():
-                values, _ = call_model(name, what, group.models[role], critic_inputs, role=role, hint=hint)
-            expect_shape(name, what, values, (rows, 1), hint=hint)
+        self._check_critics(group, ("critic", "target_critic", *(TWIN_ROLES if group.twin else ())), rows)
 
     def _resolve_policy_regularization(self, group: MADDPGGroup, policy_inputs: dict) -> float:
         """``cfg.policy_regularization`` of the group as a number: None becomes 1e-3 where the policy gives its
@@ -405,65 +264,7 @@ class MADDPG(GroupedMultiAgent):
             "skrl_marl_ext.models.DeterministicMLP gives it): return it from compute(), or set policy_regularization=0"
         )
 
-    def _create_memory_tensors(self) -> None:
-        """Each agent's replay rows: observations, next observations, actions (indexes for Discrete agents),
-        rewards, terminated, truncated, agent mask, states and next states (with the env's state), and for Discrete
-        agents the action masks of the observation and of the next observation."""
-        uids = self.possible_agents
-        spaces = self.action_spaces
-        discrete = [u for u in uids if isinstance(spaces[u], gymnasium.spaces.Discrete)]
-        create = self.replay.create_tensor
-        for name in ("observations", "next_observations"):
-            create(name, sizes=self._obs_sizes, dtype=torch.float32)
-        actions = {u: 1 if u in discrete else compute_space_size(spaces[u]) for u in uids}
-        create("actions", sizes=actions, dtype=torch.float32)
-        create("rewards", sizes=dict.fromkeys(uids, 1), dtype=torch.float32)
-        for name in ("terminated", "truncated", "agent_mask"):
-            create(name, sizes=dict.fromkeys(uids, 1), dtype=torch.bool)
-        if self.env_states:
-            states = {u: compute_space_size(self.state_spaces[u], occupied_size=True) for u in uids}
-            create("states", sizes=states, dtype=torch.float32)
-            create("next_states", sizes=states, dtype=torch.float32)
-        if discrete:
-            sizes = {u: int(spaces[u].n) for u in discrete}
-            create("action_mask", sizes=sizes, dtype=torch.bool)
-            create("next_action_mask", sizes=sizes, dtype=torch.bool)
-
     # ------------------------------------------------------------------ acting
-
-    def act(
-        self,
-        observations: dict[str, torch.Tensor],
-        states: dict[str, torch.Tensor | None] | None,
-        *,
-        timestep: int,
-        timesteps: int,
-    ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Actions of every agent, one forward pass per group, with exploration noise in training (nothing is stored
-        here: see :meth:`record_transition`).
-
-        :param observations: ``{agent: (N, obs_size)}``; agents absent from the dict get no action.
-        :param states: ``{agent: (N, state_size) or None}``.
-        :param timestep: Current timestep (the noise schedule and ``cfg.random_timesteps`` read it).
-        :param timesteps: Number of timesteps.
-        :return: ``(actions, outputs)``: ``actions[agent]`` ``(N, action_size)`` (``(N, 1)`` indexes for Discrete
-            spaces), ``outputs[agent]`` the policy's outputs. In evaluation the actions are deterministic (no noise,
-            greedy) and ``outputs["mean_actions"]`` holds them too, where skrl's trainers look for them.
-        """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        self._input_check.check(locals(), timestep=timestep, training=self.training)  # same shapes every step
-        actions, outputs = {}, {}
-        with torch.no_grad():
-            for group in self.groups:
-                if any(uid in observations for uid in group.uids):
-                    group_actions, group_outputs = self._act_group(
-                        group, observations, states, timestep=timestep, timesteps=timesteps
-                    )
-                    for uid, (action, agent_outputs) in group.split(observations, group_actions, group_outputs).items():
-                        actions[uid], outputs[uid] = action, agent_outputs
-        if not self.training:  # acting was deterministic: the same tensors
-            outputs[MEAN_ACTIONS_KEY] = dict(actions)
-        return actions, outputs
 
     def _noise_scale(self, timestep: int, timesteps: int) -> float:
         """The noise factor at ``timestep``: linear from the initial to the final scale over ``exploration_timesteps``
@@ -476,28 +277,6 @@ class MADDPG(GroupedMultiAgent):
         if steps is None:
             steps = max(1, (timesteps or 0) // 3)
         return initial + (final - initial) * min(max(timestep, 0) / steps, 1.0)
-
-    def _random_actions(
-        self, group: MADDPGGroup, rows: int, mask: torch.Tensor | None = None, *, scale: float
-    ) -> torch.Tensor:
-        """``rows`` actions of ``cfg.random_timesteps``, always inside the action space: Discrete ones uniform among the
-        allowed actions; in a Box, uniform between the bounds where both are finite (as skrl's ``random_act``), and
-        where a bound is infinite the exploration noise (times ``scale``, the noise factor of the step) around the
-        point of the dimension nearest 0, clipped to its finite bound (``Box(0, inf)``: ``max(0, noise)``)."""
-        if group.discrete:
-            if mask is None:
-                return torch.randint(group.num_actions, (rows, 1), device=self.device)
-            # uniform among the allowed actions
-            zeros = torch.zeros(rows, group.num_actions, device=self.device)
-            return gumbel_max_actions(logits=zeros, mask=mask)
-        low, high = group.low, group.high
-        uniform = low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
-        bounded = torch.isfinite(low) & torch.isfinite(high)
-        if bool(bounded.all()):
-            return uniform
-        centre = torch.maximum(torch.minimum(torch.zeros_like(low), high), low)
-        noisy = centre + scale * group.noise.sample((rows, low.numel())).to(low)
-        return torch.where(bounded, uniform, torch.maximum(torch.minimum(noisy, high), low))
 
     def _act_group(
         self, group: MADDPGGroup, observations: dict, states: Any, *, timestep: int, timesteps: int
@@ -512,7 +291,9 @@ class MADDPG(GroupedMultiAgent):
         mask = self.action_masks.of_group(group, raw_obs)  # (G * n, num_actions) or None
         if self.training and timestep < self.cfg.random_timesteps:
             scale = self._noise_scale(timestep, timesteps)
-            return self._random_actions(group, G * n, mask, scale=scale).view(G, n, -1), {}
+            noise = group.noise  # this step's exploration noise where a bound is infinite
+            actions = self._random_actions(group, G * n, mask, noise=lambda shape: scale * noise.sample(shape))
+            return actions.view(G, n, -1), {}
         obs = group.preprocess("observation", raw_obs, agent_dim=0)
         raw_states = group.stack(states) if self.env_states and states else None
         group_states = None
@@ -538,152 +319,6 @@ class MADDPG(GroupedMultiAgent):
             group_actions = torch.maximum(torch.minimum(group_actions, group.high), group.low)
         return group_actions, group_outputs
 
-    # ------------------------------------------------------------------ record_transition
-
-    def record_transition(
-        self,
-        *,
-        observations: dict[str, torch.Tensor],
-        states: dict[str, torch.Tensor | None],
-        actions: dict[str, torch.Tensor],
-        rewards: dict[str, torch.Tensor],
-        next_observations: dict[str, torch.Tensor],
-        next_states: dict[str, torch.Tensor],
-        terminated: dict[str, torch.Tensor],
-        truncated: dict[str, torch.Tensor],
-        infos: Any,
-        timestep: int,
-        timesteps: int,
-    ) -> None:
-        """Store one env step of every agent in the joint replay (skrl's episode tracking runs first).
-
-        ``infos["action_mask"]`` is kept for the next :meth:`act` (in evaluation too); in training the step is stored
-        with ``infos["agent_mask"]`` and ``infos["final_observations"]`` / ``["final_states"]`` (see :meth:`_record`).
-        Parameters are skrl's: ``{agent: tensor}`` dicts, rewards, terminated and truncated of shape ``(N, 1)``.
-        """
-        step, infos = self._recorded_step(locals())  # shifted, checked, tracked by skrl
-        acted_masks = self.action_masks.from_infos  # the masks act() used for ``observations``
-        self.action_masks.keep(infos, self.group_of)  # the masks of next_observations, for the next act
-        if self.training:
-            self._record(step, infos=infos, acted_masks=acted_masks)
-
-    def _record(self, step: dict[str, Any], *, infos: dict, acted_masks: dict | None) -> None:
-        """Store the transition of every agent, one row of each agent's memory (the rows stay aligned).
-
-        Agents absent from the observations, or masked by ``infos["agent_mask"]``, get a False agent mask (absent ones
-        a zero row): no loss or preprocessor statistic reads them. Discrete agents' rows also store ``action_mask``
-        (the mask acted on: the previous step's ``infos["action_mask"]`` or the Dict observation's) and
-        ``next_action_mask`` (this step's), all True where none was given.
-        """
-        num_envs = next(iter(step["observations"].values())).shape[0]
-        self.replay.check_num_envs(num_envs)
-        agent_masks = {  # each group's (G, num_envs, 1) agent mask, once per step
-            group.index: agent_mask(group, step["observations"], infos.get(AGENT_MASK_KEY), num_envs, self.device)
-            for group in self.groups
-        }
-        rows = {
-            uid: self._agent_row(uid, step, infos, acted_masks, num_envs, agent_masks) for uid in self.possible_agents
-        }
-        self._non_finite_skipped += self.replay.add(rows, skip_non_finite=self.cfg.non_finite == "skip")
-
-    def _agent_row(
-        self, uid: str, step: dict, infos: dict, acted_masks: Any, num_envs: int, agent_masks: dict
-    ) -> dict[str, torch.Tensor]:
-        """Agent ``uid``'s replay row of one step, ``{name: (num_envs, size)}``; zeros and a False agent mask when
-        the agent is absent from the observations (``agent_masks``: each group's, by group index)."""
-
-        def get(tensors, size, dtype=torch.float32):
-            x = tensors.get(uid) if isinstance(tensors, dict) else None
-            if x is None:
-                return torch.zeros(num_envs, size, dtype=dtype, device=self.device)
-            return x.reshape(num_envs, -1).to(dtype)
-
-        group = self.group_of[uid]
-        mask = agent_masks[group.index]
-        reward = get(step["rewards"], 1)
-        if self.cfg.rewards_shaper is not None:
-            reward = self.cfg.rewards_shaper(reward, step["timestep"], step["timesteps"])
-        obs_size = self._obs_sizes[uid]
-        row = {
-            "observations": get(step["observations"], obs_size),
-            "next_observations": get(step["next_observations"], obs_size),
-            "actions": get(step["actions"], self.replay.width(uid, "actions")),
-            "rewards": reward,
-            "terminated": get(step["terminated"], 1, torch.bool),
-            "truncated": get(step["truncated"], 1, torch.bool),
-            "agent_mask": mask[group.uids.index(uid)],
-        }
-        if self.env_states:
-            size = self.replay.width(uid, "states")
-            row["states"] = get(step["states"], size)
-            row["next_states"] = get(step["next_states"], size)
-        self._use_final_observations(uid, row, infos.get(FINAL_OBSERVATIONS_KEY), infos.get(FINAL_STATES_KEY), get)
-        if group.discrete:
-            if group.mask_in_observations:
-                row["action_mask"] = self.action_masks.of_observations(group, row["observations"])
-                row["next_action_mask"] = self.action_masks.of_observations(group, row["next_observations"])
-            else:
-                row["action_mask"] = self.action_masks.of_infos(uid, num_envs, acted_masks)
-                row["next_action_mask"] = self.action_masks.of_infos(uid, num_envs, self.action_masks.from_infos)
-        return row
-
-    def _use_final_observations(self, uid: str, samples: dict, finals: Any, final_states: Any, get: Callable) -> None:
-        """Where an episode ended and the env handed its final observation (and state) in the infos
-        (:data:`~skrl_marl_ext.keys.FINAL_OBSERVATIONS_KEY`), store those as the row's next observation (and next
-        state) instead of the next episode's first one, which an env that resets in place returns."""
-        if not isinstance(finals, dict) or finals.get(uid) is None:
-            return
-        ended = samples["terminated"] | samples["truncated"]
-        final = get(finals, self._obs_sizes[uid])
-        samples["next_observations"] = torch.where(ended, final, samples["next_observations"])
-        if self.env_states and isinstance(final_states, dict) and final_states.get(uid) is not None:
-            final_state = get(final_states, samples["next_states"].shape[-1])
-            samples["next_states"] = torch.where(ended, final_state, samples["next_states"])
-
-    # ------------------------------------------------------------------ post_interaction and update
-
-    def post_interaction(self, *, timestep: int, timesteps: int) -> None:
-        """Count the step; from ``cfg.learning_starts`` on, ``cfg.gradient_steps`` gradient steps; then skrl's
-        tracking and checkpoints at their intervals.
-
-        :param timestep: Current timestep (the trainer's, from 0; shifted by the steps completed before a load).
-        :param timesteps: Number of timesteps.
-        """
-        timestep, timesteps = self._shift(timestep, timesteps)
-        if self.training:
-            self.progress.timestep = timestep + 1
-        if self.training and timestep >= self.cfg.learning_starts and len(self.replay):
-            start = time.perf_counter()
-            self._online_training_mode(True)
-            for _ in range(self.cfg.gradient_steps):
-                self._gradient_step()
-            self._online_training_mode(False)
-            self.track_data("Stats / Algorithm update time (ms)", (time.perf_counter() - start) * 1000.0)
-            if self.cfg.non_finite == "skip":
-                self.track_data("Stats / Non-finite samples skipped", float(self._non_finite_skipped))
-        self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
-
-    def _online_training_mode(self, enabled: bool) -> None:
-        """Training mode of the policies and critics (the targets only ever evaluate)."""
-        for group in self.groups:
-            for role in ("policy", *group.critic_roles):
-                group.models[role].enable_training_mode(enabled)
-
-    def update(self, *, timestep: int, timesteps: int, uid: str) -> None:
-        """Run ``cfg.gradient_steps`` gradient steps (skrl's per-agent entry point). One batch of joint transitions
-        serves every agent, so every group is updated, whichever ``uid`` is given.
-
-        :param timestep: Current timestep.
-        :param timesteps: Number of timesteps.
-        :param uid: Agent name.
-        """
-        if uid not in self.group_of:
-            raise ValueError(
-                f"{type(self).__name__}.update: unknown agent '{uid}'; choose one of {self.possible_agents}"
-            )
-        for _ in range(self.cfg.gradient_steps):
-            self._gradient_step()
-
     # ------------------------------------------------------------------ update: one gradient step
 
     def _gradient_step(self) -> None:
@@ -707,52 +342,6 @@ class MADDPG(GroupedMultiAgent):
         self.scaler.update()  # once per gradient step, after every optimiser has stepped
         self._update_targets(policy_step=policy_step, stepped=stepped)
         self._track(stats, policy_step=policy_step)
-
-    def sample_indexes(self) -> torch.Tensor:
-        """One set of ``cfg.batch_size`` row indexes (with replacement) into the filled part of the memories.
-
-        The same indexes are read from every agent's memory, so row ``b`` of every batch is one joint transition.
-        """
-        return self.replay.sample_indexes(self.cfg.batch_size)
-
-    def sample_batch(self, indexes: torch.Tensor | None = None) -> dict[str, dict[str, torch.Tensor]]:
-        """Read the rows ``indexes`` (:meth:`sample_indexes` when None) of every agent's memory.
-
-        :return: ``{agent: {tensor name: (batch, size)}}``; Discrete agents' also hold ``"action_mask"`` and
-            ``"next_action_mask"``, bool ``(batch, n)``.
-        """
-        return self.replay.sample(self.sample_indexes() if indexes is None else indexes, device=self.device)
-
-    def _sample(self) -> tuple[dict, torch.Tensor]:
-        """Sample phase: a batch of joint transitions (:meth:`sample_batch`), the preprocessors' statistics updated
-        from it, and the stored joint action as the critics read it, ``(B, joint size)``."""
-        batch = self.sample_batch()
-        for group in self.groups:
-            self._update_statistics(group, batch)
-        taken = {u: self._encode_actions(u, batch[u]["actions"]) for u in self.possible_agents}
-        return batch, self._joint(taken)
-
-    def _update_statistics(self, group: MADDPGGroup, batch: dict) -> None:
-        mask = self._per_agent(group, batch, "agent_mask")  # (G, B, 1)
-        if group.observation_preprocessor is not identity:
-            obs = self._per_agent(group, batch, "observations")
-            group.update_statistics("observation", obs, mask, agent_dim=0)
-        if group.state_preprocessor is not identity:
-            if self.env_states:
-                group.update_statistics("state", self._per_agent(group, batch, "states"), mask, agent_dim=0)
-            else:  # one joint observation for the group: where any agent is alive (each agent's own: where it is)
-                joint_obs = torch.cat([batch[u]["observations"] for u in self.possible_agents], dim=-1)
-                mask = mask if group.own_models else mask.any(dim=0, keepdim=True)
-                group.update_statistics("state", joint_obs.unsqueeze(0), mask, agent_dim=0)
-
-    def _encode_actions(self, uid: str, actions: torch.Tensor) -> torch.Tensor:
-        space = self.action_spaces[uid]
-        if isinstance(space, gymnasium.spaces.Discrete):
-            return one_hot_actions(actions, int(space.n))
-        return actions
-
-    def _joint(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
-        return torch.cat([parts[u] for u in self.possible_agents], dim=-1)
 
     def _next_joint_action(self, batch: dict) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """The next joint action ``a' = (mu'_1(o'_1), ..., mu'_n(o'_n))`` of the target policies, ``(B, joint size)``
@@ -912,39 +501,6 @@ class MADDPG(GroupedMultiAgent):
                 self.track_data(f"Learning / Policy learning rate ({uid})", policy_lr)
                 self.track_data(f"Learning / Critic learning rate ({uid})", critic_lr)
                 i += 1
-
-    # ------------------------------------------------------------------ update: inputs of the models
-
-    def _group_inputs(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> tuple[torch.Tensor, ...]:
-        """Preprocessed ``(G, B, size)`` policy observations, policy states (or None) and critic states."""
-        prefix = "next_" if next_ else ""
-        G = group.size
-        raw_obs = self._per_agent(group, batch, f"{prefix}observations")  # (G, B, o)
-        obs = group.preprocess("observation", raw_obs, agent_dim=0).contiguous()
-        if self.env_states:
-            raw_states = self._per_agent(group, batch, f"{prefix}states")  # (G, B, S)
-            states = group.preprocess("state", raw_states, agent_dim=0).contiguous()
-            return obs, states, states
-        joint_obs = torch.cat([batch[u][f"{prefix}observations"] for u in self.possible_agents], dim=-1)  # (B, S)
-        critic_states = group.preprocess("state", joint_obs.unsqueeze(0), agent_dim=0)
-        return obs, None, critic_states.expand(G, *critic_states.shape[1:]).contiguous()
-
-    def _group_action_mask(self, group: MADDPGGroup, batch: dict, *, next_: bool) -> torch.Tensor | None:
-        """The stored action masks of the group's rows, bool ``(G * B, n)`` (``next_action_mask`` when ``next_``);
-        None for continuous agents."""
-        if not group.discrete:
-            return None
-        key = "next_action_mask" if next_ else "action_mask"
-        return torch.cat([batch[u][key] for u in group.uids])
-
-    def _per_agent(self, group: MADDPGGroup, batch: dict, key: str) -> torch.Tensor:
-        return torch.stack([batch[u][key] for u in group.uids])  # (G, B, size)
-
-    @staticmethod
-    def _logits(policy: Model, role: str) -> torch.Tensor:
-        """Logits (log-probabilities) of a categorical policy's last call: its distribution's, whether the network
-        gives logits or probabilities (the argmax and the Gumbel-softmax do not see the per-row constant)."""
-        return policy.distribution(role=role).logits
 
     def _pre_tanh(self, group: MADDPGGroup, outputs: Any, G: int, B: int) -> torch.Tensor | None:
         """The policy's output before the tanh, ``(G, B, A)``, where the group's actor loss penalises it."""

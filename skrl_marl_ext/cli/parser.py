@@ -126,7 +126,9 @@ def _add_train_parser(commands) -> None:
 def _add_task_options(t: argparse.ArgumentParser) -> None:
     """What ``train`` trains on: algorithm, env and its arguments, envs per batch, steps."""
     t.add_argument(
-        "--algo", default=None, help="mappo, ippo, happo or maddpg (default: the --config's agent.class, else mappo)"
+        "--algo",
+        default=None,
+        help="mappo, ippo, happo, maddpg, masac or hasac (default: the --config's agent.class, else mappo)",
     )
     t.add_argument(
         "--env",
@@ -251,7 +253,7 @@ def _add_export_parser(commands) -> None:
     )
     x.add_argument(
         "checkpoint",
-        help="checkpoint written by MAPPO, IPPO, HAPPO or MADDPG (a .pt file), or a run directory of train (its final.pt, "
+        help="checkpoint written by MAPPO, IPPO, HAPPO, MADDPG, MASAC or HASAC (a .pt file), or a run directory of train (its final.pt, "
         "else its newest intact checkpoint) (required)",
     )
     x.add_argument("--out", required=True, help="the file to write (required, no default)")

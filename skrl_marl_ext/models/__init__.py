@@ -1,4 +1,5 @@
-"""Model helpers a user needs: a masked categorical mixin, agent-id input sizing, MLP and GRU/LSTM models."""
+"""Model helpers a user needs: a masked categorical mixin, agent-id input sizing, MLP and GRU/LSTM models, MADDPG's
+deterministic policy and Q critic, MASAC's and HASAC's squashed Gaussian policy."""
 
 from skrl_marl_ext.models.agent_id import agent_id_space, append_agent_id
 from skrl_marl_ext.models.maddpg_models import (
@@ -10,6 +11,7 @@ from skrl_marl_ext.models.maddpg_models import (
 from skrl_marl_ext.models.masked_categorical import ACTION_MASK_KEY, MaskedCategoricalMixin, mask_logits
 from skrl_marl_ext.models.mlp import CategoricalMLP, GaussianMLP, ValueMLP, mlp
 from skrl_marl_ext.models.rnn import CategoricalRNN, GaussianRNN, RecurrentCore, ValueRNN
+from skrl_marl_ext.models.sac_models import SquashedGaussianMixin, SquashedGaussianMLP
 
 __all__ = [
     "ACTION_MASK_KEY",
@@ -21,6 +23,8 @@ __all__ = [
     "MaskedCategoricalMixin",
     "QMLP",
     "RecurrentCore",
+    "SquashedGaussianMLP",
+    "SquashedGaussianMixin",
     "ValueMLP",
     "ValueRNN",
     "action_encoding_size",
