@@ -8,12 +8,12 @@ Isaac Lab's backends (``isaaclab_rl/entrypoints/backends/{train,play}_skrl.py``)
 changed, this command
 
 - puts :func:`import_runner` in place of ``import_skrl_runner`` in each backend module's namespace: a config whose
-  ``agent: class`` is MAPPO, IPPO, HAPPO or MADDPG builds :class:`skrl_marl_ext.runner.Runner`, any other class
+  ``agent: class`` is MAPPO, IPPO, HAPPO, MADDPG, MASAC or HASAC builds :class:`skrl_marl_ext.runner.Runner`, any other class
   (skrl's PPO, AMP, ...) skrl's own Runner, as ``isaaclab train`` does;
-- adds HAPPO and MADDPG to the backends' ``--algorithm`` choices;
-- registers the package's configs (``skrl_marl_ext/configs/isaaclab/``) as the ``skrl_happo_cfg_entry_point`` and
-  ``skrl_maddpg_cfg_entry_point`` of the tasks of :data:`TASK_CONFIGS` (an entry of that name the task already has
-  is kept);
+- adds HAPPO, MADDPG, MASAC and HASAC to the backends' ``--algorithm`` choices;
+- registers the package's configs (``skrl_marl_ext/configs/isaaclab/``) as the ``skrl_<algorithm>_cfg_entry_point``
+  of the tasks of :data:`TASK_CONFIGS` (``skrl_happo_cfg_entry_point``, ...; an entry of that name the task already
+  has is kept);
 
 then runs Isaac Lab's dispatcher (``isaaclab_rl.entrypoints.dispatch.run_cli``) with ``--rl_library skrl``.
 ``isaaclab train`` and ``isaaclab play`` themselves are left as they are. An Isaac Lab whose modules lack what this
@@ -39,15 +39,18 @@ BACKENDS = {
 DISPATCH = "isaaclab_rl.entrypoints.dispatch"
 """Isaac Lab's dispatcher of ``isaaclab train/play`` (``run_cli(action, argv)``)."""
 
-ADDED_ALGORITHMS = ("HAPPO", "MADDPG")
+ADDED_ALGORITHMS = ("HAPPO", "MADDPG", "MASAC", "HASAC")
 """``--algorithm`` values this command adds to Isaac Lab's."""
 
-OUR_ALGORITHMS = ("mappo", "ippo", "happo", "maddpg")
+OUR_ALGORITHMS = ("mappo", "ippo", "happo", "maddpg", "masac", "hasac")
 """``agent: class`` values (lower case) this package's Runner builds; others go to skrl's."""
 
+OFF_POLICY = ("maddpg", "masac", "hasac")
+"""Our agents without rollouts: they learn every env step."""
+
 TASK_CONFIGS = {
-    "Isaac-Pendulum-MARL-Direct": {"happo": "pendulum_happo.yaml", "maddpg": "pendulum_maddpg.yaml"},
-    "Isaac-Shadow-Handover-Direct": {"happo": "handover_happo.yaml", "maddpg": "handover_maddpg.yaml"},
+    task: {algorithm: f"{prefix}_{algorithm}.yaml" for algorithm in ("happo", "maddpg", "masac", "hasac")}
+    for task, prefix in (("Isaac-Pendulum-MARL-Direct", "pendulum"), ("Isaac-Shadow-Handover-Direct", "handover"))
 }
 """Isaac Lab's multi-agent tasks and the package's config file of each added algorithm (``configs/isaaclab/``)."""
 
@@ -57,9 +60,9 @@ USAGE = """\
 usage: skrl-marl isaaclab {train,play} [options of isaaclab train/play --rl_library skrl]
        python -m skrl_marl_ext.isaaclab {train,play} [...]
 
-Isaac Lab's own skrl train and play backends, building skrl_marl_ext's MAPPO, IPPO, HAPPO and MADDPG (skrl's Runner
-for any other agent class). --algorithm takes HAPPO and MADDPG too; Isaac-Pendulum-MARL-Direct and
-Isaac-Shadow-Handover-Direct find the package's configs for them. Options: `skrl-marl isaaclab train --help`.
+Isaac Lab's own skrl train and play backends, building skrl_marl_ext's MAPPO, IPPO, HAPPO, MADDPG, MASAC and HASAC
+(skrl's Runner for any other agent class). --algorithm takes HAPPO, MADDPG, MASAC and HASAC too;
+Isaac-Pendulum-MARL-Direct and Isaac-Shadow-Handover-Direct find the package's configs for them. Options: `skrl-marl isaaclab train --help`.
 example: skrl-marl isaaclab train --task Isaac-Pendulum-MARL-Direct --algorithm HAPPO --num_envs 64"""
 
 
@@ -68,7 +71,7 @@ class IsaacLabError(Exception):
 
 
 def config_path(task: str, algorithm: str) -> str:
-    """Path of the package's config of ``algorithm`` (``happo``, ``maddpg``) for ``task`` (:data:`TASK_CONFIGS`)."""
+    """Path of the package's config of ``algorithm`` (``happo``, ``maddpg``, ``masac``, ``hasac``) for ``task`` (:data:`TASK_CONFIGS`)."""
     return os.path.join(CONFIGS, TASK_CONFIGS[task][algorithm])
 
 
@@ -76,8 +79,8 @@ def import_runner(ml_framework: str, *, skrl_runner: Any = None):
     """What the backends' ``import_skrl_runner(ml_framework)`` returns: a callable ``(env, agent_cfg) -> runner``.
 
     A config of one of this package's agents (:data:`OUR_ALGORITHMS`) builds :class:`skrl_marl_ext.runner.Runner`;
-    MADDPG's ``agent: rollouts`` (the env steps Isaac Lab counts as one of ``--max_iterations``; MADDPG has no
-    rollouts) is left out of it. Any other config builds ``skrl_runner(ml_framework)``'s Runner (Isaac Lab's own
+    an off-policy agent's ``agent: rollouts`` (the env steps Isaac Lab counts as one of ``--max_iterations``; MADDPG,
+    MASAC and HASAC have no rollouts) is left out of it. Any other config builds ``skrl_runner(ml_framework)``'s Runner (Isaac Lab's own
     ``import_skrl_runner``: skrl's ``Runner`` of that framework), or skrl's PyTorch ``Runner`` when ``skrl_runner`` is
     None.
 
@@ -101,7 +104,7 @@ def import_runner(ml_framework: str, *, skrl_runner: Any = None):
             )
         from skrl_marl_ext.runner import Runner
 
-        if name == "maddpg":
+        if name in OFF_POLICY:
             agent_cfg = {**agent_cfg, "agent": {key: value for key, value in agent.items() if key != "rollouts"}}
         try:
             return Runner(env, agent_cfg)

@@ -22,9 +22,9 @@ from helpers import one_thread  # noqa: F401  (autouse: one torch thread)
 from isaaclab_standin import TASKS, DirectMARLEnvStandIn
 from skrl.envs.wrappers.torch import wrap_env
 
-from skrl_marl_ext import HAPPO, MADDPG
+from skrl_marl_ext import HAPPO, HASAC, MADDPG, MASAC
 from skrl_marl_ext.cli import main as cli_main
-from skrl_marl_ext.isaaclab import TASK_CONFIGS, config_path, import_runner
+from skrl_marl_ext.isaaclab import OFF_POLICY, TASK_CONFIGS, config_path, import_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPO, "tests")
@@ -46,12 +46,12 @@ def _env(task: str):
 
 def _cfg(task: str, algorithm: str, tmp_path, updates: int = 2) -> dict:
     """The package's config as Isaac Lab reads a YAML file; overridden only what keeps the run short: two rollouts of
-    16 steps (MADDPG: 32 steps, learning after 8, mini-batches of 32), no TensorBoard or checkpoints."""
+    16 steps (the off-policy agents: 32 steps, learning after 8, mini-batches of 32), no TensorBoard or checkpoints."""
     with open(config_path(task, algorithm)) as file:
         cfg = yaml.safe_load(file)
     cfg["agent"]["experiment"].update(directory=str(tmp_path), write_interval=0, checkpoint_interval=0)
     cfg["trainer"].update(timesteps=updates * cfg["agent"]["rollouts"], disable_progressbar=True, headless=True)
-    if algorithm == "maddpg":
+    if algorithm in OFF_POLICY:
         cfg["agent"].update(learning_starts=8, batch_size=32)
     return cfg
 
@@ -77,13 +77,13 @@ def test_happo_config_is_isaac_labs_mappo_file_with_class_happo(task):
     assert ours == theirs
 
 
-@pytest.mark.parametrize("algorithm", ["happo", "maddpg"])
+@pytest.mark.parametrize("algorithm", ["happo", "maddpg", "masac", "hasac"])
 @pytest.mark.parametrize("task", list(TASK_CONFIGS))
 def test_the_package_config_trains_on_the_task_through_the_runner_isaac_lab_gets(task, algorithm, tmp_path):
     env = _env(task)
     cfg = _cfg(task, algorithm, tmp_path)
     runner = import_runner("torch")(env, cfg)  # what the patched import_skrl_runner("torch") returns, given the config
-    assert type(runner.agent) is {"happo": HAPPO, "maddpg": MADDPG}[algorithm]
+    assert type(runner.agent) is {"happo": HAPPO, "maddpg": MADDPG, "masac": MASAC, "hasac": HASAC}[algorithm]
     before = _parameters(runner.agent)
     runner.run("train")
     after = _parameters(runner.agent)
@@ -91,7 +91,7 @@ def test_the_package_config_trains_on_the_task_through_the_runner_isaac_lab_gets
     assert all(torch.isfinite(a).all() for a in after)
 
 
-@pytest.mark.parametrize("algorithm", ["happo", "maddpg"])
+@pytest.mark.parametrize("algorithm", ["happo", "maddpg", "masac", "hasac"])
 def test_evaluation_acts_with_the_mean_action_isaac_lab_play_reads(algorithm, tmp_path):
     # Isaac Lab's play backend steps the env with outputs[-1][uid]["mean_actions"] after enable_training_mode(False)
     task = "Isaac-Pendulum-MARL-Direct"
@@ -107,7 +107,8 @@ def test_evaluation_acts_with_the_mean_action_isaac_lab_play_reads(algorithm, tm
         played = [outputs[-1][uid].get("mean_actions", outputs[0][uid]) for outputs in (first, second)]
         assert played[0].shape == (NUM_ENVS, 1) and torch.isfinite(played[0]).all(), uid
         assert torch.equal(played[0], played[1]), uid  # the policy's mean: no draw, no exploration noise in it
-    if algorithm == "happo":  # a Gaussian policy: the action it draws is not the one played
+    if algorithm == "happo":  # a Gaussian policy: the action it draws is not the one played (the off-policy agents
+        # act with their policies' means in evaluation)
         assert not torch.equal(first[0]["cart"], first[-1]["cart"]["mean_actions"])
 
 
@@ -204,7 +205,7 @@ def run(argv):
         agent_cfg["trainer"]["timesteps"] = args.max_iterations * agent_cfg["agent"]["rollouts"]
     agent_cfg["agent"]["experiment"].update(directory=os.environ["RUN_DIR"], write_interval=0, checkpoint_interval=0)
     agent_cfg["trainer"]["disable_progressbar"] = True
-    if agent_cfg["agent"]["class"] == "MADDPG":
+    if agent_cfg["agent"]["class"] in ("MADDPG", "MASAC", "HASAC"):
         agent_cfg["agent"].update(learning_starts=8, batch_size=32)
     if agent_cfg["agent"]["class"] == "PPO":  # a single-agent task
         env = wrap_env(gym.make("Pendulum-v1"))
@@ -285,6 +286,7 @@ def _command(args: list[str], fake, tmp_path) -> subprocess.CompletedProcess:
     [
         ("HAPPO", "pendulum_happo.yaml", "skrl_marl_ext.algorithms.happo.HAPPO"),
         ("MADDPG", "pendulum_maddpg.yaml", "skrl_marl_ext.algorithms.maddpg.MADDPG"),
+        ("HASAC", "pendulum_hasac.yaml", "skrl_marl_ext.algorithms.hasac.HASAC"),
         ("MAPPO", "pendulum_marl_mappo.yaml", "skrl_marl_ext.algorithms.mappo.MAPPO"),
     ],
 )

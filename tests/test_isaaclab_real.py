@@ -8,8 +8,9 @@ They skip where it is not installed; with ``SKRL_MARL_EXT_REQUIRE_ISAACLAB=1`` (
 - Our Runner, on the env wrapped by skrl's Isaac Lab wrapper, builds MAPPO, IPPO and HAPPO from the task's YAML files
   in the installed ``isaaclab_tasks`` and trains each two rollouts; skrl's own MAPPO/IPPO (what ``isaaclab play``
   builds) load the checkpoint and act with our agent's mean actions; a run resumed from it keeps its timestep.
-- ``skrl-marl isaaclab train`` (Isaac Lab's own train backend with our Runner) trains each of MAPPO, IPPO, HAPPO and
-  MADDPG from the config ``--algorithm`` finds (Isaac Lab's files for MAPPO/IPPO, the package's for HAPPO/MADDPG),
+- ``skrl-marl isaaclab train`` (Isaac Lab's own train backend with our Runner) trains each of MAPPO, IPPO, HAPPO,
+  MADDPG, MASAC and HASAC from the config ``--algorithm`` finds (Isaac Lab's files for MAPPO/IPPO, the package's for
+  the others),
   ``--checkpoint`` resumes each from its timestep, and ``skrl-marl isaaclab play`` plays each checkpoint until Ctrl+C;
   Isaac Lab's own ``isaaclab play``, untouched, plays our MAPPO and IPPO checkpoints; the installed Isaac Lab files
   are the same after all this as before.
@@ -50,9 +51,11 @@ ROLLOUTS = 16  # the shipped YAML files' agent.rollouts
 TIMEOUT = 900  # s, per command: the first run compiles Warp's kernels
 CTRL_C_PRESSES, CTRL_C_WAIT = 3, 60  # Ctrl+C pressed up to 3 times, 60 s apart (it stops in seconds)
 TASK_ARGS = ["--task", TASK, "--num_envs", "8", "--device", "cpu"]
-ALGORITHMS = ("MAPPO", "IPPO", "HAPPO", "MADDPG")
+ALGORITHMS = ("MAPPO", "IPPO", "HAPPO", "MADDPG", "MASAC", "HASAC")
 CHAINS_AT_ONCE = 2  # algorithms whose train -> resume -> play run at the same time (Isaac Lab's start-up is the cost)
-LEARNS_AT_ONCE = {"MADDPG": ["agent.agent.learning_starts=8", "agent.agent.batch_size=64"]}  # within the 2 rollouts
+LEARNS_AT_ONCE = {  # the off-policy agents learn within the 2 rollouts
+    name: ["agent.agent.learning_starts=8", "agent.agent.batch_size=64"] for name in ("MADDPG", "MASAC", "HASAC")
+}
 RUN_OVERRIDES = [  # Hydra overrides of the agent's YAML: a checkpoint per rollout, no TensorBoard, no progress bar
     f"agent.agent.experiment.checkpoint_interval={ROLLOUTS}",
     "agent.agent.experiment.write_interval=0",

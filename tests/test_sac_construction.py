@@ -48,6 +48,33 @@ def test_a_gaussian_policy_for_box_actions_is_refused():
     assert "\n" not in str(error.value)
 
 
+def test_an_unbounded_box_needs_action_bound_and_is_squashed_onto_it():
+    # Isaac Lab's tasks declare Box(-inf, inf) actions; the squashed policy refuses them in one line naming
+    # action_bound, and with it acts inside [-action_bound, action_bound]
+    import gymnasium
+    import numpy as np
+
+    from skrl_marl_ext.models import SquashedGaussianMLP
+
+    unbounded = gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    observations = gymnasium.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    with pytest.raises(ValueError, match="finite bounds.*action_bound") as error:
+        SquashedGaussianMLP(observation_space=observations, action_space=unbounded)
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="has \\[-1.0, 1.0\\]: leave action_bound out"):
+        SquashedGaussianMLP(observation_space=observations, action_space=observations, action_bound=1.0)
+    with pytest.raises(ValueError, match="above 0"):
+        SquashedGaussianMLP(observation_space=observations, action_space=unbounded, action_bound=0.0)
+
+    policy = SquashedGaussianMLP(observation_space=observations, action_space=unbounded, action_bound=0.5)
+    with torch.no_grad():
+        policy.mean_layer.bias.fill_(3.0)  # means far out: the samples crowd the bound
+    actions, outputs = policy.act({"observations": torch.rand(4096, 3)})
+    assert actions.abs().max() <= 0.5 and actions.abs().max() > 0.49
+    assert outputs["mean_actions"].abs().max() <= 0.5
+    assert torch.isfinite(outputs["log_prob"]).all()
+
+
 def test_a_missing_twin_critic_is_refused():
     env = spread(num_envs=4, num_agents=2, continuous=True)
     models = make_sac_models(env)

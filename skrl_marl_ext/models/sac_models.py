@@ -27,7 +27,13 @@ LOG_STD_BOUNDS = (-20.0, 2.0)
 
 
 class SquashedGaussianMixin:
-    def __init__(self, *, min_log_std: float = LOG_STD_BOUNDS[0], max_log_std: float = LOG_STD_BOUNDS[1]) -> None:
+    def __init__(
+        self,
+        *,
+        min_log_std: float = LOG_STD_BOUNDS[0],
+        max_log_std: float = LOG_STD_BOUNDS[1],
+        action_bound: float | None = None,
+    ) -> None:
         """A skrl mixin for a tanh-squashed Gaussian policy over a bounded Box action space.
 
         The model's ``compute`` returns the mean of ``u`` and ``{"log_std": ...}`` (per row or one per dimension);
@@ -35,14 +41,33 @@ class SquashedGaussianMixin:
         ``outputs["log_prob"]`` its log-density ``(rows, 1)`` and ``outputs["mean_actions"]`` the squashed mean (the
         deterministic action). It has no log-density of given actions: a soft actor-critic only needs its own samples'.
 
-        :raises ValueError: For an action space that is not a Box with finite bounds.
+        :param action_bound: For a Box without finite bounds (Isaac Lab's tasks declare theirs so and clip or scale
+            the actions themselves): squash onto ``[-action_bound, action_bound]``.
+        :raises ValueError: For an action space that is not a Box with finite bounds (nor ``action_bound`` given), or
+            ``action_bound`` with a Box that has bounds of its own.
         """
         space = self.action_space
-        low, high = np.asarray(getattr(space, "low", -np.inf), np.float32), np.asarray(getattr(space, "high", np.inf))
-        if not isinstance(space, gymnasium.spaces.Box) or not (np.isfinite(low).all() and np.isfinite(high).all()):
+        name = type(self).__name__
+        if not isinstance(space, gymnasium.spaces.Box):
             raise ValueError(
-                f"{type(self).__name__}: a squashed Gaussian policy needs a Box action space with finite bounds, got "
-                f"{space}; use a categorical policy (CategoricalMLP) for Discrete actions"
+                f"{name}: a squashed Gaussian policy needs a Box action space, got {space}; use a categorical policy "
+                "(CategoricalMLP) for Discrete actions"
+            )
+        low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
+        bounded = bool(np.isfinite(low).all() and np.isfinite(high).all())
+        if action_bound is not None:
+            if bounded:
+                raise ValueError(
+                    f"{name}: action_bound is for a Box without bounds; this one has [{low.min()}, {high.max()}]: "
+                    "leave action_bound out"
+                )
+            if not action_bound > 0:
+                raise ValueError(f"{name}: action_bound must be above 0, got {action_bound!r}")
+            low, high = np.full_like(low, -action_bound), np.full_like(high, action_bound)
+        elif not bounded:
+            raise ValueError(
+                f"{name}: a squashed Gaussian policy needs a Box action space with finite bounds, got {space}; give "
+                "the policy action_bound (e.g. 1.0) to squash onto [-action_bound, action_bound]"
             )
         center, scale = (high + low).reshape(-1) / 2, (high - low).reshape(-1) / 2
         self._s_unit = bool((center == 0).all() and (scale == 1).all())  # [-1, 1]: tanh(u) as it is
@@ -94,6 +119,7 @@ class SquashedGaussianMLP(SquashedGaussianMixin, Model):
         activation: str = "relu",
         final_activation: str | None = None,
         input: Literal["observations", "states"] = "observations",
+        action_bound: float | None = None,
     ) -> None:
         """Squashed Gaussian policy: an MLP trunk, then a linear mean and a linear log standard deviation (state
         dependent, as SAC's).
@@ -103,11 +129,12 @@ class SquashedGaussianMLP(SquashedGaussianMixin, Model):
         :param final_activation: Activation after the last trunk layer; None: ``activation``. HARL's HASAC policy
             uses ``"tanh"`` (its ``final_activation_func``).
         :param input: Which input the network reads.
+        :param action_bound: For a Box without finite bounds: squash onto ``[-action_bound, action_bound]``.
         """
         Model.__init__(
             self, observation_space=observation_space, state_space=state_space, action_space=action_space, device=device
         )
-        SquashedGaussianMixin.__init__(self)
+        SquashedGaussianMixin.__init__(self, action_bound=action_bound)
         self.input = input
         for name in (activation, final_activation):
             if name is not None and name not in _ACTIVATIONS:
