@@ -522,7 +522,7 @@ class MASAC(OffPolicyAgent):
         log_probs, stats = {}, {}
         for group in self.groups:
             own, log_prob = samples[group.index]
-            stats.update(self._policy_step(group, batch, current, own, log_prob))
+            stats.update(self._policy_step(group, batch, current, own, log_prob, one_joint=True))
             for i, uid in enumerate(group.uids):
                 log_probs[uid] = log_prob[i].detach()
         return log_probs, stats
@@ -535,6 +535,8 @@ class MASAC(OffPolicyAgent):
         own: torch.Tensor,
         log_prob: torch.Tensor,
         agents: slice = slice(None),
+        *,
+        one_joint: bool = False,
     ) -> dict[str, torch.Tensor]:
         """One optimiser step of the policies of the group's agents ``agents`` on ``mean (alpha log pi(a_i | o_i) -
         min_k Q_k(s, joint with a_i))``, then the same agents' temperature step (the others' parameters, moments and
@@ -542,13 +544,15 @@ class MASAC(OffPolicyAgent):
 
         :param joint: The joint action of the other agents, ``(B, joint size)``.
         :param own: The agents' own actions ``(G', B, width)``, with the gradient of their policies.
+        :param one_joint: ``joint`` already holds ``own``'s values in the agents' columns (MASAC: each agent's one
+            sample), so every agent's row of a team critic is the same joint action.
         :return: ``{agent: {"policy_loss", "entropy"}}`` of the agents stepped, ``(1,)`` tensors.
         """
         uids = group.uids[agents]
         mask = torch.stack([batch[u]["agent_mask"] for u in uids])  # (G', B, 1)
         flags = None if agents == slice(None) or not group.batched else [u in uids for u in group.uids]
         with self._autocast():
-            q = self._policy_q(group, batch, joint, own, agents)
+            q = self._policy_q(group, batch, joint, own, agents, one_joint=one_joint)
             loss = soft_actor_loss(
                 q_values=q, log_prob=log_prob, temperature=group.alpha(agents), mask=mask, per_agent=group.own_models
             )
@@ -571,7 +575,7 @@ class MASAC(OffPolicyAgent):
         return {uid: {"policy_loss": objective[i : i + 1], "entropy": entropy[i : i + 1]} for i, uid in enumerate(uids)}
 
     def _policy_q(
-        self, group: SACGroup, batch: dict, joint: torch.Tensor, own: torch.Tensor, agents: slice
+        self, group: SACGroup, batch: dict, joint: torch.Tensor, own: torch.Tensor, agents: slice, *, one_joint: bool
     ) -> torch.Tensor:
         """``min_k Q_k(s, a_1, .., a_i, .., a_n)`` for each agent ``i`` of ``agents`` (``(G', B, 1)``): the joint
         action ``joint`` with agent ``i``'s columns its own action, judged by its critics (its own, or the team's)."""
@@ -584,6 +588,8 @@ class MASAC(OffPolicyAgent):
             inputs = {"states": states[agents].contiguous(), "taken_actions": taken}
             calls = [(role, inputs) for role in CRITIC_ROLES]
             q_1, q_2 = (q.float().view(G, B, 1) for q, _ in critics.act_many(*calls, agents=agents))
+        elif one_joint and G > 1 and not self.scaler.is_enabled():
+            return self._team_q_once(critics, states, taken[0], own, columns)
         else:  # the team critic: the G' agents' rows as one batch
             inputs = {
                 "states": states.expand(G, B, -1).reshape(1, G * B, -1),
@@ -591,6 +597,22 @@ class MASAC(OffPolicyAgent):
             }
             q_1, q_2 = (q.float().view(G, B, 1) for q, _ in critics.act_many(*((r, inputs) for r in CRITIC_ROLES)))
         return torch.minimum(q_1, q_2)
+
+    @staticmethod
+    def _team_q_once(
+        critics: SACGroup, states: torch.Tensor, joint: torch.Tensor, own: torch.Tensor, columns: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`_policy_q` of a team critic when every agent's row holds the same joint action ``joint`` ``(B, J)``:
+        the critics run once on the ``B`` rows, and each agent's value carries the gradient of its own columns only
+        (``dQ/da`` of that pass), the same values and gradients as a pass per agent at a ``G``-th of the cost."""
+        G, B = own.shape[:2]
+        joint = joint.detach().requires_grad_(True)
+        inputs = {"states": states, "taken_actions": joint.unsqueeze(0)}
+        q_1, q_2 = (q.float().view(B, 1) for q, _ in critics.act_many(*((r, inputs) for r in CRITIC_ROLES)))
+        q = torch.minimum(q_1, q_2)
+        (slope,) = torch.autograd.grad(q.sum(), joint)  # (B, J): each row's dQ/da
+        own_slope = slope[:, columns].transpose(0, 1).to(own.dtype)  # (G, B, A)
+        return q.detach() + ((own - own.detach()) * own_slope).sum(-1, keepdim=True).float()
 
     def _critic_temperature_step(self, log_probs: dict[str, torch.Tensor], alive: dict) -> None:
         """``alpha_c``'s step towards the sum of the agents' target entropies, on the joint ``log pi`` of the policy
