@@ -140,10 +140,10 @@ class OnPolicyCfg(MarlCfg):
 
     time_limit_bootstrap: bool | dict[str, bool] = False
     """At truncated steps, bootstrap from ``gamma * V(final observation)`` and cut the GAE recursion (per agent):
-    the recommended setting for time-limited tasks. The final observation comes from ``infos["final_observations"]``
-    where the env gives it (this package's envs do), else ``V(s_t)`` is used (rsl_rl's approximation). Off (skrl's
-    default), a truncation is not an episode end, as in skrl 2.1.1: the advantage runs on into the next episode; see
-    the MAPPO page, "Time limits"."""
+    the right bootstrap of a time-out. The final observation comes from ``infos["final_observations"]`` where the env
+    gives it (this package's envs do), else ``V(s_t)`` is used (rsl_rl's approximation). Off (skrl's default), a
+    truncation is not an episode end, as in skrl 2.1.1: the advantage runs on into the next episode. Measured on and
+    off at equal config, neither learned measurably better; see the MAPPO page, "Time limits"."""
 
     rewards_shaper: Callable | None = None
     """Function ``(rewards, timestep, timesteps) -> rewards`` applied before storage. It receives one group's rewards
