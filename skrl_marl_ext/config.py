@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from skrl.multi_agents.torch import ExperimentCfg, MultiAgentCfg
 
-from skrl_marl_ext.checks.values import unknown_key_error
+from skrl_marl_ext.checks.configs import unknown_key_error
 
 
 def _dataclass_from_dict(cls: type, values: dict[str, Any], owner: str):

@@ -212,6 +212,13 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" Did you mean '{close}'?" if close is not None else ""
 
 
+def unknown_key_error(owner: str, key: str, known: list[str]) -> ValueError:
+    """``owner: unknown config key 'key'. Did you mean '<closest>'? Valid keys: ...`` (the Runner's check uses it too)."""
+    return ValueError(
+        f"{owner}: unknown config key '{key}'.{did_you_mean(key, known)} Valid keys: {', '.join(sorted(known))}"
+    )
+
+
 def _import(path: str) -> Any:
     module, _, attribute = path.partition(":")
     return getattr(importlib.import_module(module), attribute)
@@ -817,8 +824,6 @@ def check_agent(
     """
     from skrl.multi_agents.torch import ExperimentCfg
 
-    from skrl_marl_ext.checks.values import unknown_key_error
-
     section = _section("agent", section)
     fields = {name: argument.annotation for name, argument in arguments(cfg_class).items()}
     current = {**RUNNER_AGENT_KEYS, **(MADDPG_AGENT_KEYS if algorithm == "maddpg" else {}), **fields}
@@ -858,8 +863,6 @@ def check_agent(
 
 
 def _check_experiment(section: dict[str, Any], *, owner: str, cfg_class: type) -> dict[str, Any]:
-    from skrl_marl_ext.checks.values import unknown_key_error
-
     known = arguments(cfg_class)
     fitted = {}
     for key, value in section.items():

@@ -4,15 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from skrl_marl_ext.checks.configs import did_you_mean
-
-
-def unknown_key_error(owner: str, key: str, known: list[str]) -> ValueError:
-    """``owner: unknown config key 'key'. Did you mean '<closest>'? Valid keys: ...`` (the Runner's check uses it too)."""
-    return ValueError(
-        f"{owner}: unknown config key '{key}'.{did_you_mean(key, known)} Valid keys: {', '.join(sorted(known))}"
-    )
-
 
 def check_choice(owner: str, name: str, value: Any, choices: tuple[str, ...]) -> None:
     """Raise a ValueError naming ``name`` when ``value`` is not one of ``choices``."""
