@@ -1251,6 +1251,10 @@ def report(args: argparse.Namespace) -> int:
     from bench_common import markdown_table
 
     rows = read_rows(args.csv)
+    if args.only:  # one comparison: these variants' runs (without a tag) of --tasks at --frames
+        keep = {a.strip() for a in args.only.split(",")}
+        rows = [r for r in rows if r["algo"] in keep and not r["tag"] and r["task"] in args.tasks]
+        rows = [r for r in rows if args.frames is None or int(r["frames"]) == args.frames]
     if not rows:
         print(f"learning_study: no runs in {args.csv}", file=sys.stderr)
         return 1
@@ -1316,6 +1320,11 @@ def report(args: argparse.Namespace) -> int:
             "train s/run",
         ]
         print(markdown_table(header, table))
+        if args.data:  # the table as docs/results/make_tables.py reads it (the last group's; with --only, one group)
+            from isaaclab_pendulum_learning import write_data
+
+            lines_of = [dict(zip(header, line, strict=True)) for line in table]
+            write_data(args.data, _data_meta(args, rows, task, frames, num_envs), header, lines_of)
         print(
             "\nfinal/first return: mean episode return per agent over the last/first 10% of a run's finished "
             "episodes, mean over seeds; 95% CI: Student's t over seeds; no learning: the seeds whose return rose by "
@@ -1323,10 +1332,34 @@ def report(args: argparse.Namespace) -> int:
             f"learning curve ({bins} bins of {_frames(frames / bins)} frames) at or above the target."
         )
         name = f"learning_{_slug(task)}" + (f"_{frames}" if budgets_per_task[task] > 1 else "") + ".png"
+        if args.data:  # the data file's own plot, named after it
+            name = os.path.splitext(os.path.basename(args.data))[0] + ".png"
         path = os.path.join(args.images_dir, name)
         plot_group(curves, labels, path=path, title=f"{task}, {num_envs} envs x {timesteps} steps", target=target)
         print(f"\nplot: {path}")
     return 0
+
+
+def _data_meta(args: argparse.Namespace, rows: list[dict], task: str, frames: int, num_envs: int) -> dict:
+    """The ``# key: value`` lines of a ``--data`` file: the study's and the report's commands, machine, dates, note."""
+    from isaaclab_pendulum_learning import machine
+
+    dates, codes = sorted(r["date"] for r in rows), sorted({r["code"] for r in rows})
+    only = f" --only {args.only}" if args.only else ""
+    frames_arg = f" --frames {args.frames}" if args.frames else ""
+    return {
+        "command": [
+            f"python benchmarks/learning_study.py --tasks {task} --algos {args.only or 'ALGOS'} --seeds SEEDS{frames_arg}",
+            f"python benchmarks/learning_study.py --report --tasks {task}{only}{frames_arg} --data {args.data}",
+        ],
+        "machine": [machine()],
+        "date": [f"{dates[0][:10]} to {dates[-1][:10]} (code {', '.join(codes)})"],
+        "note": [
+            f"{task}, {num_envs} envs x {frames // num_envs} steps per run; final/first return: mean episode return "
+            "per agent over the last/first 10% of a run's finished episodes, mean over seeds; 95% CI: Student's t "
+            "over seeds; rows per run in benchmarks/results/learning_study.csv"
+        ],
+    }
 
 
 def _labels(keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str], str]:
@@ -1532,6 +1565,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--in-process", action="store_true", help="run in this process, one after another (debug)")
     parser.add_argument("--report", action="store_true", help="no training: tables and plots from --csv")
     parser.add_argument("--images-dir", default=DEFAULT_IMAGES, help="where --report writes learning_<task>.png")
+    parser.add_argument("--only", default="", help="--report: only these variants (comma-separated) of --tasks")
+    parser.add_argument(
+        "--data", default="", help="--report: also write the table to this data file, its plot named after it"
+    )
     args = parser.parse_args(argv)
     args.tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     mamujoco = {is_mamujoco(task) for task in args.tasks}

@@ -186,3 +186,23 @@ def test_the_mamujoco_report_tests_happo_against_each_variant(study, tmp_path, c
         "happo's eval return against each (Welch's t-test over seeds, two-sided): mappo t = 2.44, df = 7.7, p = 0.04."
         in out
     )
+
+
+def test_a_report_of_some_variants_writes_their_table_and_plot_for_the_results_page(study, tmp_path, capsys):
+    path = str(tmp_path / "study.csv")
+    for algo, values in {"mappo": [30, 32], "masac": [20, 22], "ippo": [10, 12]}.items():
+        for seed, value in enumerate(values):
+            curve = json.dumps({"frames": [1000, 2000], "returns": [value / 2, value]})
+            row = _row(study, algo=algo, seed=str(seed), frames="2000", num_envs="10", curve=curve)
+            row.update(final_return=str(value), first_return=str(value / 2), wall_seconds="5", date="2026-11-29 00:00")
+            study.append_row(path, row)
+    study.append_row(path, _row(study, algo="masac", tag="other", frames="2000", num_envs="10", final_return="99"))
+    data = tmp_path / "offpolicy_balance.csv"
+    args = ["--report", "--tasks", "vmas:balance", "--only", "mappo,masac", "--frames", "2000", "--csv", path]
+    assert study.main([*args, "--data", str(data), "--images-dir", str(tmp_path)]) == 0
+    lines = data.read_text().splitlines()
+    assert lines[0].startswith("# command: ") and "--only mappo,masac" in data.read_text()
+    table = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    assert [(r["algo"], r["n"], r["final return"]) for r in table] == [("mappo", "2", "31.00"), ("masac", "2", "21.00")]
+    assert (tmp_path / "offpolicy_balance.png").is_file()  # the plot named after the data file, not the task's
+    assert not (tmp_path / "learning_vmas-balance.png").exists()
