@@ -1347,9 +1347,22 @@ def _data_meta(args: argparse.Namespace, rows: list[dict], task: str, frames: in
     dates, codes = sorted(r["date"] for r in rows), sorted({r["code"] for r in rows})
     only = f" --only {args.only}" if args.only else ""
     frames_arg = f" --frames {args.frames}" if args.frames else ""
+    seeds: dict[str, list[int]] = {}  # the study's commands: the variants run over the same seeds in one
+    for row in rows:
+        seeds.setdefault(row["algo"], []).append(int(row["seed"]))
+    by_seeds: dict[str, list[str]] = {}
+    for algo, done in seeds.items():
+        low, high = min(done), max(done)
+        by_seeds.setdefault(
+            f"{low}-{high}" if sorted(done) == list(range(low, high + 1)) else ",".join(map(str, sorted(done))), []
+        ).append(algo)
+    studies = [
+        f"python benchmarks/learning_study.py --tasks {task} --algos {','.join(algos)} --seeds {text}{frames_arg}"
+        for text, algos in by_seeds.items()
+    ]
     return {
         "command": [
-            f"python benchmarks/learning_study.py --tasks {task} --algos {args.only or 'ALGOS'} --seeds SEEDS{frames_arg}",
+            *studies,
             f"python benchmarks/learning_study.py --report --tasks {task}{only}{frames_arg} --data {args.data}",
         ],
         "machine": [machine()],
