@@ -17,7 +17,7 @@ from skrl.models.torch import DeterministicMixin, Model
 from skrl.utils.spaces.torch import compute_space_size
 
 from skrl_marl_ext.keys import PRE_TANH_ACTIONS_KEY
-from skrl_marl_ext.models.mlp import _input_size, mlp
+from skrl_marl_ext.models.mlp import _input_size, box_bounds, mlp
 
 
 def action_encoding_size(space: gymnasium.Space) -> int:
@@ -90,18 +90,8 @@ class DeterministicMLP(DeterministicMixin, Model):
         DeterministicMixin.__init__(self)
         self.input = input
         self.net = mlp(_input_size(self, input), self.num_actions, hidden_sizes, activation)
-        low, high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
+        low, high = box_bounds("DeterministicMLP", action_space, action_bound)
         self.bounded = bool(np.isfinite(low).all() and np.isfinite(high).all())
-        if action_bound is not None:
-            if self.bounded:
-                raise ValueError(
-                    f"DeterministicMLP: action_bound is for a Box without bounds; this one has [{low.min()}, "
-                    f"{high.max()}]: leave action_bound out"
-                )
-            if not action_bound > 0:
-                raise ValueError(f"DeterministicMLP: action_bound must be above 0, got {action_bound!r}")
-            low, high = np.full_like(low, -action_bound), np.full_like(high, action_bound)
-            self.bounded = True
         if self.bounded:
             self.register_buffer("_center", torch.tensor((high + low) / 2).reshape(-1), persistent=False)
             self.register_buffer("_half_range", torch.tensor((high - low) / 2).reshape(-1), persistent=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 import gymnasium
+import numpy as np
 import torch
 from skrl.models.torch import DeterministicMixin, GaussianMixin, Model
 from skrl.utils.spaces.torch import compute_space_size
@@ -37,6 +38,25 @@ def mlp(input_size: int, output_size: int, hidden_sizes=(64, 64), activation: st
         size = width
     layers.append(nn.Linear(size, output_size))
     return nn.Sequential(*layers)
+
+
+def box_bounds(owner: str, space: gymnasium.spaces.Box, action_bound: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """A Box's bounds as float32 arrays; with ``action_bound`` (for a Box without finite bounds, as Isaac Lab's tasks
+    declare theirs) ``[-action_bound, action_bound]`` in every dimension.
+
+    :raises ValueError: If ``action_bound`` is not above 0, or is given for a Box with finite bounds of its own.
+    """
+    low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
+    if action_bound is None:
+        return low, high
+    if np.isfinite(low).all() and np.isfinite(high).all():
+        raise ValueError(
+            f"{owner}: action_bound is for a Box without bounds; this one has [{low.min()}, {high.max()}]: "
+            "leave action_bound out"
+        )
+    if not action_bound > 0:
+        raise ValueError(f"{owner}: action_bound must be above 0, got {action_bound!r}")
+    return np.full_like(low, -action_bound), np.full_like(high, action_bound)
 
 
 def _input_size(model: Model, source: str) -> int:

@@ -20,7 +20,7 @@ from torch.distributions import Normal
 
 from skrl_marl_ext.functional.sac import squashed_gaussian_log_prob
 from skrl_marl_ext.keys import MEAN_ACTIONS_KEY
-from skrl_marl_ext.models.mlp import _ACTIVATIONS, _input_size
+from skrl_marl_ext.models.mlp import _ACTIVATIONS, _input_size, box_bounds
 
 LOG_STD_BOUNDS = (-20.0, 2.0)
 """Bounds of the log standard deviation (SAC's, HARL's and skrl's)."""
@@ -53,18 +53,8 @@ class SquashedGaussianMixin:
                 f"{name}: a squashed Gaussian policy needs a Box action space, got {space}; use a categorical policy "
                 "(CategoricalMLP) for Discrete actions"
             )
-        low, high = np.asarray(space.low, np.float32), np.asarray(space.high, np.float32)
-        bounded = bool(np.isfinite(low).all() and np.isfinite(high).all())
-        if action_bound is not None:
-            if bounded:
-                raise ValueError(
-                    f"{name}: action_bound is for a Box without bounds; this one has [{low.min()}, {high.max()}]: "
-                    "leave action_bound out"
-                )
-            if not action_bound > 0:
-                raise ValueError(f"{name}: action_bound must be above 0, got {action_bound!r}")
-            low, high = np.full_like(low, -action_bound), np.full_like(high, action_bound)
-        elif not bounded:
+        low, high = box_bounds(name, space, action_bound)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
             raise ValueError(
                 f"{name}: a squashed Gaussian policy needs a Box action space with finite bounds, got {space}; give "
                 "the policy action_bound (e.g. 1.0) to squash onto [-action_bound, action_bound]"
