@@ -34,8 +34,10 @@ Additions, all optional in the YAML:
   ACTIONS])`` right (``ACTIONS`` is ``inputs["taken_actions"]``). ``target_policy``/``target_critic`` sections may be left out: they copy ``policy``/
   ``critic``. A ``critic_2`` section (``target_critic_2`` copies it when left out) adds TD3's second critic to every
   agent, built as the first (clipped double Q; ``configs/maddpg.yaml``, the CLI's default, has one; ``critic_2: null``
-  leaves it out). ``memory: memory_size`` must be given (rows per env). ``exploration_noise: GaussianNoise`` with
-  ``exploration_noise_kwargs`` (skrl 2.x DDPG keys) becomes the noise instance MADDPG takes.
+  leaves it out). ``models: team_critic: true`` gives every agent the first agent's critic models, each agent its
+  own policy: one team critic (HARL's MADDPG). ``memory: memory_size`` must be given (rows per env).
+  ``exploration_noise: GaussianNoise`` with ``exploration_noise_kwargs`` (skrl 2.x DDPG keys) becomes the noise
+  instance MADDPG takes.
 - MASAC and HASAC: the models as MADDPG's without ``target_policy``; ``critic_2`` (twin soft critics) is built as
   ``critic`` when its section is left out. ``models: team_critic: true`` gives every agent the first agent's four
   critic models, each agent its own policy: one team critic (HARL's). ``memory: memory_size`` must be given.
@@ -281,9 +283,10 @@ class Runner(SkrlRunner):
         models_cfg = cfg.setdefault("models", {})
         share = bool(models_cfg.pop(SHARE_KEY, False))
         team_critic = bool(models_cfg.pop(TEAM_CRITIC_KEY, False))
-        if team_critic and self._algorithm not in ("happo", *SAC):
+        if team_critic and self._algorithm not in ("happo", *OFF_POLICY):
             raise ValueError(
-                f"Runner: models.team_critic is HAPPO's, MASAC's and HASAC's (one critic for agents with policies of "
+                f"Runner: models.team_critic is HAPPO's, MADDPG's, MASAC's and HASAC's (one critic for agents with "
+                f"policies of "
                 f"their own); {self._algorithm.upper()} trains a shared critic only with a shared policy: set "
                 "models.share_across_agents: true instead"
             )
@@ -297,7 +300,7 @@ class Runner(SkrlRunner):
             models = _share_models(env, models)
         if not team_critic:
             return models
-        return _team_critic(env, models, roles=CRITIC_ROLES if self._algorithm in SAC else ("value",))
+        return _team_critic(env, models, roles=CRITIC_ROLES if self._algorithm in OFF_POLICY else ("value",))
 
     def _generate_off_policy_models(self, env: MultiAgentEnvWrapper, models_cfg: dict[str, Any]) -> dict[str, dict]:
         """Per agent ``policy`` (MADDPG: and ``target_policy``), ``critic``, ``target_critic``, and ``critic_2``,
@@ -429,8 +432,8 @@ def _share_models(env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]]) 
 def _team_critic(
     env: MultiAgentEnvWrapper, models: dict[str, dict[str, Any]], *, roles: tuple[str, ...] = ("value",)
 ) -> dict[str, dict[str, Any]]:
-    """Every agent takes the first agent's models of ``roles`` (HAPPO's value model, MASAC's and HASAC's critics and
-    their targets: a team critic); the others built are dropped."""
+    """Every agent takes the first agent's models of ``roles`` (HAPPO's value model, the off-policy agents' critics
+    and their targets: a team critic); the others built are dropped."""
     first = env.possible_agents[0]
     differ = [uid for uid in env.possible_agents if env.state_spaces.get(uid) != env.state_spaces.get(first)]
     if differ:

@@ -59,10 +59,10 @@ def make_agent(env, algo="mappo", shared=False, cfg=None, models=None, **kwargs)
     )
 
 
-def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=False, env_states=True):
+def make_maddpg_models(env, *, shared=False, team=False, hidden=(16,), joint=None, twin=False, env_states=True):
     """Per-agent (or shared) policy, target policy, critic and target critic (and with ``twin`` the second critic and
     its target); critics sized for the joint action (or ``joint``) and the env's state (without ``env_states``: every
-    agent's observation concatenated)."""
+    agent's observation concatenated); with ``team`` every agent given the first agent's critics (a team critic)."""
     joint = joint or joint_action_space(env.action_spaces, env.possible_agents)
     critic_state_space = None
     if not env_states:
@@ -88,12 +88,16 @@ def make_maddpg_models(env, *, shared=False, hidden=(16,), joint=None, twin=Fals
     if shared:
         models = build(env.possible_agents[0])
         return {uid: models for uid in env.possible_agents}
-    return {uid: build(uid) for uid in env.possible_agents}
+    models = {uid: build(uid) for uid in env.possible_agents}
+    if team:
+        critics = {r: m for r, m in models[env.possible_agents[0]].items() if "critic" in r}
+        models = {uid: {**own, **critics} for uid, own in models.items()}
+    return models
 
 
 def make_maddpg(env, cfg=None, *, models=None, memories=None, memory_size=100, env_states=True, **model_kwargs):
     """The MADDPG builder of every test: quiet unless ``cfg["experiment"]`` says otherwise, the models of
-    :func:`make_maddpg_models` (``model_kwargs``: ``shared``, ``hidden``, ``twin``, ``joint``) and a ``RandomMemory`` of
+    :func:`make_maddpg_models` (``model_kwargs``: ``shared``, ``team``, ``hidden``, ``twin``, ``joint``) and a ``RandomMemory`` of
     ``memory_size`` rows per agent unless given; without ``env_states`` no state spaces (the critics read every agent's
     observation concatenated)."""
     cfg = dict(cfg or {})

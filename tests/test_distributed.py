@@ -82,7 +82,7 @@ def test_gloo_ranks_agree_bitwise(algo, batched, tmp_path):
     assert not (tmp_path / "rank1").exists() or not [p for p in (tmp_path / "rank1").rglob("*") if p.is_file()]
 
 
-@pytest.mark.parametrize("algo", ["mappo", "ippo", "maddpg", "maddpg-twin", "masac", "hasac-team"])
+@pytest.mark.parametrize("algo", ["mappo", "ippo", "maddpg", "maddpg-twin", "maddpg-team", "masac", "hasac-team"])
 def test_torchrun_cpu_ranks_agree_bitwise(algo, tmp_path):
     """Once through ``torchrun`` itself (as a user launches it), four CPU processes."""
     worker = os.path.join(os.path.dirname(__file__), "torchrun_worker.py")

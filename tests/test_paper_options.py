@@ -295,7 +295,7 @@ def test_the_runners_team_critic_flag_gives_every_agent_one_value_model():
     assert agent.progress.updates == 2
     # MAPPO and IPPO train a shared value model only with a shared policy: the flag is refused, naming the way
     for algo in ("mappo", "ippo"):
-        with pytest.raises(ValueError, match="team_critic is HAPPO's.*share_across_agents"):
+        with pytest.raises(ValueError, match="team_critic is HAPPO's, MADDPG's.*share_across_agents"):
             Runner(env, _runner_cfg(algo, team_critic=True))
 
 

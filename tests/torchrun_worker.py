@@ -27,7 +27,7 @@ torch.manual_seed(rank)
 env = spread(num_envs=4, num_agents=2, seed=rank)
 if algo.startswith("maddpg"):  # maddpg-twin: clipped double Q with a policy delay (MATD3)
     twin = algo == "maddpg-twin"
-    models = make_maddpg_models(env, twin=twin)
+    models = make_maddpg_models(env, twin=twin, team=algo == "maddpg-team")  # maddpg-team: one critic for the team
     agent = make_maddpg(env, models=models, cfg={"batch_size": 16, "policy_delay": 2 if twin else 1})
 elif algo in ("masac", "hasac-team"):  # HASAC with one team critic, broadcast from rank 0 as the policies are
     from sac_helpers import HASAC, MASAC, make_sac

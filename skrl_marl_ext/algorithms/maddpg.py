@@ -10,6 +10,9 @@ global state and *every* agent's action. With ``B`` joint transitions drawn from
   policy's (differentiable) one, the others are the stored ones;
 - targets: ``target = polyak * online + (1 - polyak) * target`` after every gradient step (skrl's convention).
 
+The same critic objects given to every agent, each agent its own policy, make one team critic (HARL's MADDPG): one
+``Q(s, a_1, ..., a_n)`` trained on the team's mean reward, every agent's actor loss taken from it.
+
 The losses and targets are the pure functions of :mod:`skrl_marl_ext.functional.maddpg`; the joint replay (one skrl
 memory per agent, every batch read at the same rows of every memory) is :mod:`skrl_marl_ext.storage.replay`. As in
 the PPO agents, the agents form groups (sharing models, or their own models run as one stacked batch:
@@ -140,12 +143,17 @@ class MADDPG(OffPolicyAgent):
             cfg=cfg,
         )
         self.cfg: MADDPG_CFG
+        critic_roles = tuple(role for role in self.roles if "critic" in role)
+        team = self._is_team_critic(critic_roles)
+        if team:
+            self.roles = ("policy", "target_policy")  # the groups hold the policies; the team critic is a group
         self._form_groups(batchable=self._batchable)
         self._refuse_recurrent()
         self._make_replay()
         self._first_continuous = next((group.index for group in self.groups if not group.discrete), None)
         """The group whose acting tracks the exploration noise scale (once per step)."""
         self._broadcast_models()  # before the targets copy their online models
+        self.team_critic = self._make_team_critic(critic_roles) if team else None
         for group in self.groups:
             self._set_up_group(group)
         self._create_memory_tensors()
@@ -174,13 +182,19 @@ class MADDPG(OffPolicyAgent):
         return {name: noise for name, noise in noises.items() if noise is not None}
 
     def _set_up_group(self, group: MADDPGGroup) -> None:
+        team = self.team_critic
         group.critic_state_space = self._critic_state_space(group.uids[0])
         group.joint_columns = self._joint_columns(group)
+        group.critics = team if team is not None else group
         self._check_models(group)
 
         group.observation_preprocessor = self._make_preprocessor(group, "observation", group.observation_space)
-        group.state_preprocessor = self._make_preprocessor(group, "state", group.critic_state_space)
+        if team is None:
+            group.state_preprocessor = self._make_preprocessor(group, "state", group.critic_state_space)
+        else:  # the policies read the state the team critic's statistics scale
+            group.state_preprocessor = team.state_preprocessor
 
+        # a group under a team critic has no critic roles: its policy's target only
         pairs = [("target_policy", "policy"), *((f"target_{role}", role) for role in group.critic_roles)]
         self._copy_targets(group, pairs)
         self._set_up_optimizers(group)
@@ -196,8 +210,9 @@ class MADDPG(OffPolicyAgent):
         modules.update(
             policy_scheduler=group.policy_schedulers or None, critic_scheduler=group.critic_schedulers or None
         )
-        for key in ("observation_preprocessor", "state_preprocessor"):
-            modules[key] = getattr(group, key)
+        modules["observation_preprocessor"] = group.observation_preprocessor
+        if team is None:
+            modules["state_preprocessor"] = group.state_preprocessor
         self._register_checkpoint(group, modules)
 
     def _check_models(self, group: MADDPGGroup) -> None:
@@ -233,7 +248,8 @@ class MADDPG(OffPolicyAgent):
             policy_inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(owner=name, group=group, policy_inputs=policy_inputs, device=self.device)
         group.policy_regularization = self._resolve_policy_regularization(group, policy_inputs)
-        self._check_critics(group, ("critic", "target_critic", *(TWIN_ROLES if group.twin else ())), rows)
+        if group.critics is group:
+            self._check_critics(group, ("critic", "target_critic", *(TWIN_ROLES if group.twin else ())), rows)
 
     def _resolve_policy_regularization(self, group: MADDPGGroup, policy_inputs: dict) -> float:
         """``cfg.policy_regularization`` of the group as a number: None becomes 1e-3 where the policy gives its
@@ -322,31 +338,34 @@ class MADDPG(OffPolicyAgent):
     # ------------------------------------------------------------------ update: one gradient step
 
     def _gradient_step(self) -> None:
-        """One gradient step of every group on one batch of joint transitions, in phases: sample, critic targets,
-        critic step, the actor step (every ``cfg.policy_delay`` gradient steps), then the target updates."""
+        """One gradient step on one batch of joint transitions, in phases: sample, the next joint action, each critic
+        group's targets and step, every group's actor step (every ``cfg.policy_delay`` gradient steps), then the
+        target updates."""
         batch, joint_taken = self._sample()
         joint_next, next_critic_states = self._next_joint_action(batch)
         self.progress.gradient_steps += 1
         policy_step = self.progress.gradient_steps % self.cfg.policy_delay == 0
-        stats, stepped = [], {}
-        for group in self.groups:
-            targets = self._critic_targets(group, batch, joint_next, next_critic_states[group.index])
-            critic_stepped, critic = self._critic_step(group, batch, joint_taken, targets)
-            policy_stepped, q_pi = self._actor_step(group, batch, joint_taken) if policy_step else (False, None)
+        critic_stats, actor_stats, stepped = {}, {}, []
+        for critics in self.critic_groups:
+            targets = self._critic_targets(critics, batch, joint_next, next_critic_states[critics.index])
+            critic_stepped, critic_stats[critics.index] = self._critic_step(critics, batch, joint_taken, targets)
             # a schedule counts the optimiser steps that happened (torch warns of a scheduler stepped before one)
-            stepped[group.index] = (
-                (group.policy_schedulers, policy_stepped),
-                (group.critic_schedulers, critic_stepped),
-            )
-            stats.append(self._group_stats(critic, q_pi))
+            stepped.append((critics.critic_schedulers, critic_stepped))
+        if policy_step:
+            critic_parameters = [p for critics in self.critic_groups for p in critics.parameters(*critics.critic_roles)]
+            with self._frozen(critic_parameters):
+                for group in self.groups:
+                    policy_stepped, actor_stats[group.index] = self._actor_step(group, batch, joint_taken)
+                    stepped.append((group.policy_schedulers, policy_stepped))
         self.scaler.update()  # once per gradient step, after every optimiser has stepped
         self._update_targets(policy_step=policy_step, stepped=stepped)
-        self._track(stats, policy_step=policy_step)
+        self._track(critic_stats, actor_stats)
 
     def _next_joint_action(self, batch: dict) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """The next joint action ``a' = (mu'_1(o'_1), ..., mu'_n(o'_n))`` of the target policies, ``(B, joint size)``
         (for discrete agents the one-hot argmax of the logits masked with the stored ``next_action_mask``; with
-        ``cfg.smooth_regularization_noise`` TD3's smoothing), and each group's preprocessed next critic states."""
+        ``cfg.smooth_regularization_noise`` TD3's smoothing), and each critic group's preprocessed next critic
+        states by group index."""
         next_actions, next_states = {}, {}
         with torch.no_grad(), self._autocast():
             for group in self.groups:
@@ -367,63 +386,67 @@ class MADDPG(OffPolicyAgent):
                 a = a.float().view(group.size, -1, a.shape[-1])
                 for i, uid in enumerate(group.uids):
                     next_actions[uid] = a[i]
+            if self.team_critic is not None:
+                next_states[self.team_critic.index] = self._group_inputs(self.team_critic, batch, next_=True)[2]
         return self._joint(next_actions), next_states
 
     def _critic_targets(
-        self, group: MADDPGGroup, batch: dict, joint_next: torch.Tensor, next_critic_states: torch.Tensor
+        self, critics: MADDPGGroup, batch: dict, joint_next: torch.Tensor, next_critic_states: torch.Tensor
     ) -> torch.Tensor:
         """Critic targets phase: ``y = r + gamma (1 - d) Q'(s', a')`` (the smaller of the twin target critics),
-        ``(G, B, 1)``, from the next joint action and the group's next critic states ``(G, B, S)``."""
-        G, B = group.size, joint_next.shape[0]
+        ``(G, B, 1)``, from the next joint action and the critic group's next critic states ``(G, B, S)``."""
+        G, B = critics.size, joint_next.shape[0]
+        rows = self._critic_rows(critics, batch)
         inputs = {"states": next_critic_states, "taken_actions": joint_next.unsqueeze(0).repeat(G, 1, 1)}
-        roles = [f"target_{role}" for role in group.critic_roles]
+        roles = [f"target_{role}" for role in critics.critic_roles]
         with torch.no_grad(), self._autocast():
             # the (twin) target critics in one call for a batched group
-            next_qs = [q.float().view(G, B, 1) for q, _ in group.act_many(*((role, inputs) for role in roles))]
+            next_qs = [q.float().view(G, B, 1) for q, _ in critics.act_many(*((role, inputs) for role in roles))]
             return critic_target(
-                rewards=self._per_agent(group, batch, "rewards"),
+                rewards=rows["rewards"],
                 next_q_values=next_qs,
-                terminated=self._per_agent(group, batch, "terminated"),
-                discount_factor=group.cfg.discount_factor,
+                terminated=rows["terminated"],
+                discount_factor=critics.cfg.discount_factor,
             )
 
     def _critic_step(
-        self, group: MADDPGGroup, batch: dict, joint_taken: torch.Tensor, targets: torch.Tensor
+        self, critics: MADDPGGroup, batch: dict, joint_taken: torch.Tensor, targets: torch.Tensor
     ) -> tuple[bool, dict[str, torch.Tensor]]:
-        """Critic phase: one optimiser step of the group's critic(s) on ``(Q_k(s, a) - y)^2``, summed over twin
-        critics. Rows of masked agents, and truncated rows unless ``cfg.time_limit_bootstrap`` (their next
-        observation may be the next episode's), are left out.
+        """Critic phase: one optimiser step of the group's critic(s) (or the team critic's) on
+        ``(Q_k(s, a) - y)^2``, summed over twin critics, over the rows :meth:`_critic_mask` keeps.
 
         :return: Whether the optimiser stepped, and ``{"q", "target", "error", "mask", "agent_mask"}``, ``(G, B, 1)``.
         """
-        G, B = group.size, joint_taken.shape[0]
-        agent_mask = self._per_agent(group, batch, "agent_mask")
-        mask = agent_mask
-        if not group.cfg.time_limit_bootstrap:
-            mask = mask & ~self._per_agent(group, batch, "truncated")
-        _, _, critic_states = self._group_inputs(group, batch, next_=False)
+        G, B = critics.size, joint_taken.shape[0]
+        rows = self._critic_rows(critics, batch)
+        mask = self._critic_mask(critics, rows)
+        _, _, critic_states = self._group_inputs(critics, batch, next_=False)
         inputs = {"states": critic_states, "taken_actions": joint_taken.unsqueeze(0).repeat(G, 1, 1)}
         with self._autocast():
             # both critics in one call for a batched group
-            qs = [q.float().view(G, B, 1) for q, _ in group.act_many(*((r, inputs) for r in group.critic_roles))]
-            loss = critic_loss(q_values=qs, targets=targets, mask=mask, per_agent=group.own_models)
+            qs = [q.float().view(G, B, 1) for q, _ in critics.act_many(*((r, inputs) for r in critics.critic_roles))]
+            loss = critic_loss(q_values=qs, targets=targets, mask=mask, per_agent=critics.own_models)
         stepped = self._optimizer_step(
-            group.critic_optimizer,
+            critics.critic_optimizer,
             loss["loss"],
-            group.parameters(*group.critic_roles),
-            group.cfg.grad_norm_clip,
-            count=bool(group.critic_schedulers),
+            critics.parameters(*critics.critic_roles),
+            critics.cfg.grad_norm_clip,
+            count=bool(critics.critic_schedulers),
         )
         error = loss["squared_error"].detach()
+        agent_mask = rows["agent_mask"]
         return stepped, {"q": qs[0].detach(), "target": targets, "error": error, "mask": mask, "agent_mask": agent_mask}
 
-    def _actor_step(self, group: MADDPGGroup, batch: dict, joint_taken: torch.Tensor) -> tuple[bool, torch.Tensor]:
+    def _actor_step(
+        self, group: MADDPGGroup, batch: dict, joint_taken: torch.Tensor
+    ) -> tuple[bool, dict[str, torch.Tensor]]:
         """Actor phase: one optimiser step of the group's policy on ``-Q_1(s, a_1, .., mu_i(o_i), .., a_n)`` (plus the
         pre-tanh penalty): only agent ``i``'s own action comes from its policy (for discrete agents the
         straight-through Gumbel-softmax of the logits masked with the stored ``action_mask``), so agent ``i``'s loss
-        reaches no other agent's policy.
+        reaches no other agent's policy. ``Q_1`` is the group's first critic, or the team critic's.
 
-        :return: Whether the optimiser stepped, and ``Q`` of the policy actions, ``(G, B, 1)``.
+        :return: Whether the optimiser stepped, and ``{"q": Q of the policy actions, "mask": the agents' masks}``,
+            ``(G, B, 1)`` each.
         """
         cfg, G = group.cfg, group.size
         obs, group_states, critic_states = self._group_inputs(group, batch, next_=False)
@@ -431,6 +454,7 @@ class MADDPG(OffPolicyAgent):
         action_mask = self._group_action_mask(group, batch, next_=False)
         if action_mask is not None:
             inputs[ACTION_MASK_KEY] = action_mask.view(G, obs.shape[1], -1)
+        mask = self._per_agent(group, batch, "agent_mask")
         with self._autocast():
             own, outputs = group.act("policy", inputs)
             if group.discrete:
@@ -439,11 +463,16 @@ class MADDPG(OffPolicyAgent):
             own = own.float().view(G, -1, own.shape[-1])
             B = own.shape[1]
             joint = joint_with_own_actions(joint_actions=joint_taken, own_actions=own, columns=group.joint_columns)
-            q_pi, _ = group.act("critic", {"states": critic_states, "taken_actions": joint.contiguous()})
+            if group.critics is group:
+                q_pi, _ = group.act("critic", {"states": critic_states, "taken_actions": joint.contiguous()})
+            else:  # the team critic: the G agents' rows as one batch of its state
+                _, _, team_states = self._group_inputs(group.critics, batch, next_=False)  # (1, B, S)
+                states = team_states.expand(G, B, -1).reshape(1, G * B, -1)
+                q_pi, _ = group.critics.act("critic", {"states": states, "taken_actions": joint.reshape(1, G * B, -1)})
             q_pi = q_pi.float().view(G, B, 1)
             loss = actor_loss(
                 q_values=q_pi,
-                mask=self._per_agent(group, batch, "agent_mask"),
+                mask=mask,
                 pre_tanh=self._pre_tanh(group, outputs, G, B),
                 regularization=group.policy_regularization,
                 per_agent=group.own_models,
@@ -455,52 +484,42 @@ class MADDPG(OffPolicyAgent):
             cfg.grad_norm_clip,
             count=bool(group.policy_schedulers),
         )
-        return stepped, q_pi.detach()
+        return stepped, {"q": q_pi.detach(), "mask": mask}
 
-    def _update_targets(self, *, policy_step: bool, stepped: dict[int, tuple]) -> None:
+    def _update_targets(self, *, policy_step: bool, stepped: list[tuple[list, bool]]) -> None:
         """Polyak phase: on the actor's steps every target follows its online model (stacked tensors for a batched
         group: one update for all agents); then the schedulers of the optimisers that stepped."""
-        for group in self.groups:
-            for role in ("policy", *group.critic_roles) if policy_step else ():
-                target, online = group.parameters(f"target_{role}"), group.parameters(role)
-                polyak_update_(target=target, online=online, polyak=group.cfg.polyak)
-            for schedulers, optimizer_stepped in stepped[group.index]:
-                for scheduler in schedulers if optimizer_stepped else ():
-                    scheduler.step()
+        for group in self.groups if policy_step else ():
+            polyak_update_(
+                target=group.parameters("target_policy"), online=group.parameters("policy"), polyak=group.cfg.polyak
+            )
+        for critics in self.critic_groups if policy_step else ():
+            for role in critics.critic_roles:
+                target, online = critics.parameters(f"target_{role}"), critics.parameters(role)
+                polyak_update_(target=target, online=online, polyak=critics.cfg.polyak)
+        for schedulers, optimizer_stepped in stepped:
+            for scheduler in schedulers if optimizer_stepped else ():
+                scheduler.step()
 
-    @staticmethod
-    def _group_stats(critic: dict[str, torch.Tensor], q_pi: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        """Per agent of the group, ``(G,)`` each: the tracked statistics of one gradient step by name."""
-        q, mask, big = critic["q"], critic["agent_mask"], torch.finfo(torch.float32).max
+    def _track(self, critic_stats: dict[int, dict], actor_stats: dict[int, dict]) -> None:
+        """Track each critic group's statistics (a team critic's as ``team``) and, on the actor's steps, each agent's
+        policy loss (skrl's TD3 tracks it on those only): one host read per gradient step."""
+        names, values = self._critic_tracking(critic_stats)
         with torch.no_grad():
-            return {
-                "critic_loss": masked_mean(critic["error"], critic["mask"], dim=(1, 2)),
-                "policy_loss": -masked_mean(q_pi if q_pi is not None else q, mask, dim=(1, 2)),
-                "q_mean": masked_mean(q, mask, dim=(1, 2)),
-                "q_min": q.masked_fill(~mask, big).amin(dim=(1, 2)),
-                "q_max": q.masked_fill(~mask, -big).amax(dim=(1, 2)),
-                "target_mean": masked_mean(critic["target"], critic["mask"], dim=(1, 2)),
-            }
-
-    def _track(self, stats: list[dict[str, torch.Tensor]], *, policy_step: bool = True) -> None:
-        """Track each group's statistics (:meth:`_group_stats`, in group order): one host read per gradient step."""
-        names = list(stats[0])
-        values = dict(zip(names, torch.stack([torch.cat([s[n] for s in stats]) for n in names]).tolist(), strict=True))
-        i = 0
+            for group in self.groups:
+                if group.index in actor_stats:
+                    stats = actor_stats[group.index]
+                    losses = -masked_mean(stats["q"], stats["mask"], dim=(1, 2))
+                    names += [f"Loss / Policy loss ({uid})" for uid in group.uids]
+                    values += list(losses)
+        for name, value in zip(names, torch.stack(values).tolist(), strict=True):
+            self.track_data(name, value)
         for group in self.groups:
-            policy_lr = group.policy_optimizer.param_groups[0]["lr"]
-            critic_lr = group.critic_optimizer.param_groups[0]["lr"]
             for uid in group.uids:
-                self.track_data(f"Loss / Critic loss ({uid})", values["critic_loss"][i])
-                if policy_step:  # skrl's TD3 tracks the policy loss on the actor's steps only
-                    self.track_data(f"Loss / Policy loss ({uid})", values["policy_loss"][i])
-                self.track_data(f"Q-network / Q ({uid}) (mean)", values["q_mean"][i])
-                self.track_data(f"Q-network / Q ({uid}) (min)", values["q_min"][i])
-                self.track_data(f"Q-network / Q ({uid}) (max)", values["q_max"][i])
-                self.track_data(f"Target / Target ({uid}) (mean)", values["target_mean"][i])
-                self.track_data(f"Learning / Policy learning rate ({uid})", policy_lr)
-                self.track_data(f"Learning / Critic learning rate ({uid})", critic_lr)
-                i += 1
+                self.track_data(
+                    f"Learning / Policy learning rate ({uid})", group.policy_optimizer.param_groups[0]["lr"]
+                )
+        self._track_critic_learning_rates()
 
     def _pre_tanh(self, group: MADDPGGroup, outputs: Any, G: int, B: int) -> torch.Tensor | None:
         """The policy's output before the tanh, ``(G, B, A)``, where the group's actor loss penalises it."""

@@ -27,10 +27,8 @@ base's, :mod:`~skrl_marl_ext.algorithms.off_policy`), then the gradient step in 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import gymnasium
@@ -40,7 +38,6 @@ from skrl.models.torch import CategoricalMixin, Model
 from skrl.utils.spaces.torch import compute_space_size
 from torch import nn
 
-from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.masac_cfg import MASAC_CFG
 from skrl_marl_ext.algorithms.off_policy import OffPolicyAgent, OffPolicyGroup
 from skrl_marl_ext.checks.arguments import dry_run
@@ -50,23 +47,12 @@ from skrl_marl_ext.groups.stacked import StackedModules
 from skrl_marl_ext.keys import ACTION_MASK_KEY, MEAN_ACTIONS_KEY
 from skrl_marl_ext.models.masked_categorical import mask_logits
 from skrl_marl_ext.models.sac_models import SquashedGaussianMixin
-from skrl_marl_ext.preprocessors import identity
 
 ROLES = ("policy", "critic", "critic_2", "target_critic", "target_critic_2")
 """Model roles every agent needs: its policy and twin soft critics with their targets (skrl SAC's ``critic_1``,
 ``critic_2``, ``target_critic_1``, ``target_critic_2``, named as MADDPG names them)."""
 CRITIC_ROLES = ("critic", "critic_2")
 TARGET_PAIRS = (("target_critic", "critic"), ("target_critic_2", "critic_2"))
-TEAM_CRITIC_FIELDS = (
-    "discount_factor",
-    "polyak",
-    "critic_learning_rate",
-    "grad_norm_clip",
-    "state_preprocessor",
-    "state_preprocessor_kwargs",
-    "time_limit_bootstrap",
-)
-"""Per-agent fields that configure a team critic's update: every agent must be given the same value."""
 
 
 class Temperature(nn.Module):
@@ -82,8 +68,6 @@ class SACGroup(OffPolicyGroup):
     """A MASAC group: its policy (and its own twin critics with their targets, unless a team critic judges it), the
     temperature of each of its agents, its optimisers and action bounds."""
 
-    critics: OffPolicyGroup | None = None
-    """The group whose twin critics judge this group's actions: itself, or the team critic."""
     log_temperature: torch.Tensor | None = None
     """Each agent's ``log alpha``: a batched group's stacked ``(G, 1)`` parameter, another group's one
     :class:`Temperature`'s ``(1,)`` (agents that share a policy share its temperature)."""
@@ -154,17 +138,19 @@ class MASAC(OffPolicyAgent):
             cfg=cfg,
         )
         self.cfg: MASAC_CFG
-        team = self._team_critic()
+        team = self._is_team_critic(ROLES[1:])
+        if team and self.cfg.critic_entropy == "own":
+            raise ValueError(
+                f"{type(self).__name__}: cfg.critic_entropy='own' gives each agent's critic its own entropy term, but "
+                "every agent shares one team critic; set critic_entropy='joint' or give each agent critics of its own"
+            )
         if team:
             self.roles = ("policy",)  # the groups hold the policies; the team critic is a group of its own
         self._form_groups(batchable=self._batchable)
         self._refuse_recurrent()
         self._make_replay()
         self._broadcast_models()  # before the targets copy their online models
-        self.team_critic: SACGroup | None = self._make_team_critic() if team else None
-        """The team critic (a group of its own, its first agent's models), or None: each group has its own."""
-        self.critic_groups = [self.team_critic] if team else list(self.groups)
-        """The groups whose critics a gradient step trains."""
+        self.team_critic = self._make_team_critic(ROLES[1:]) if team else None
         self.critic_temperature = Temperature(self.cfg.initial_temperature).to(self.device)
         """``alpha_c`` of the critics' soft target (``critic_entropy="joint"``)."""
         self.critic_temperature_optimizer = None
@@ -180,72 +166,6 @@ class MASAC(OffPolicyAgent):
                 self.checkpoint_modules[uid]["critic_temperature_optimizer"] = self.critic_temperature_optimizer
         self._create_memory_tensors()
         self._keep_replay()
-
-    def _team_critic(self) -> bool:
-        """Whether every agent was given the same critic objects and the policies differ (a team critic)."""
-        uids, name = self.possible_agents, type(self).__name__
-        shared = [r for r in ROLES[1:] if all(self.models[u][r] is self.models[uids[0]][r] for u in uids)]
-        policies = {id(self.models[u]["policy"]) for u in uids}
-        if not shared or len(uids) == 1 or len(policies) == 1:
-            return False
-        if len(shared) < len(ROLES) - 1:
-            raise ValueError(
-                f"{name}: every agent shares the {shared} models but not {[r for r in ROLES[1:] if r not in shared]}; "
-                "a team critic is the same critic, critic_2, target_critic and target_critic_2 objects for every "
-                "agent (or give each agent its own)"
-            )
-        if any(self.models[u]["policy"] is self.models[uids[0]]["critic"] for u in uids):
-            raise ValueError(f"{name}: the critic given to every agent is also a policy; give them models of their own")
-        if self.cfg.critic_entropy == "own":
-            raise ValueError(
-                f"{name}: cfg.critic_entropy='own' gives each agent's critic its own entropy term, but every agent "
-                "shares one team critic; set critic_entropy='joint' or give each agent critics of its own"
-            )
-        for field in TEAM_CRITIC_FIELDS:
-            values = {u: self.cfg.value_for(field, u) for u in uids}
-            if len({repr(v) for v in values.values()}) > 1:
-                raise ValueError(
-                    f"{name}: every agent shares one team critic, trained by one update, but cfg.{field} differs "
-                    f"between agents ({values}); give them the same value"
-                )
-        schedulers = {u: self.cfg.value_for("learning_rate_scheduler", u)[1] for u in uids}
-        if len({repr(v) for v in schedulers.values()}) > 1:
-            raise ValueError(
-                f"{name}: every agent shares one team critic, but the critics' learning_rate_scheduler differs between "
-                f"agents ({schedulers}); give them the same value"
-            )
-        return True
-
-    def _make_team_critic(self) -> SACGroup:
-        """The team critic as a group of one (the first agent's critic models and config), registered in every
-        agent's checkpoint."""
-        first = self.possible_agents[0]
-        team = SACGroup(
-            index=len(self.groups),
-            uids=[first],
-            models={role: self.models[first][role] for role in ROLES[1:]},
-            observation_space=self.observation_spaces[first],
-            state_space=self.state_spaces[first],
-            action_space=self.action_spaces[first],
-            cfg=self.cfg.for_agent(first),
-        )
-        team.critic_state_space = self._critic_state_space(first)
-        self._check_critics(team, ROLES[1:], rows=2)
-        team.state_preprocessor = self._make_preprocessor(team, "state", team.critic_state_space)
-        if distributed.is_distributed():  # every rank from rank 0's critics (the groups broadcast the policies)
-            for model in team.unique_models():
-                distributed.broadcast_state(model)
-        self._copy_targets(team, list(TARGET_PAIRS))
-        self._set_up_optimizers(team)
-        modules = {role: team.models[role] for role in ROLES[1:]}
-        modules.update(critic_optimizer=team.critic_optimizer, critic_scheduler=team.critic_schedulers or None)
-        modules["state_preprocessor"] = team.state_preprocessor
-        for key, module in team.checkpoint_entries(modules).items():
-            module = module[0] if isinstance(module, list) else module
-            if module is not None and module is not identity:
-                for uid in self.possible_agents:
-                    self.checkpoint_modules[uid][key] = module
-        return team
 
     def _set_up_group(self, group: SACGroup) -> None:
         team = self.team_critic
@@ -318,11 +238,6 @@ class MASAC(OffPolicyAgent):
             inputs[ACTION_MASK_KEY] = torch.ones(rows, group.num_actions, dtype=torch.bool, device=self.device)
         dry_run(owner=name, group=group, policy_inputs=inputs, device=self.device)
 
-    def _online_models(self) -> list[Model]:
-        """The policies and the online critics (a team critic once)."""
-        policies = [group.models["policy"] for group in self.groups]
-        return policies + [critics.models[role] for critics in self.critic_groups for role in CRITIC_ROLES]
-
     # ------------------------------------------------------------------ acting
 
     def _act_group(
@@ -357,8 +272,7 @@ class MASAC(OffPolicyAgent):
         """One gradient step on one batch of joint transitions, in phases: sample, the next actions of the current
         policies, each critic group's soft targets and step, the policies' steps with their temperatures'
         (:meth:`_actor_phase`), the critics' temperature, then the target updates and schedulers."""
-        batch, joint_taken = self._sample(groups=[])
-        self._update_all_statistics(batch)
+        batch, joint_taken = self._sample()
         alive = {u: batch[u]["agent_mask"] for u in self.possible_agents}
         joint_next, next_log_prob = self._sample_next_actions(batch)
         stats = {}
@@ -377,30 +291,6 @@ class MASAC(OffPolicyAgent):
             for scheduler in (*group.policy_schedulers, *group.critic_schedulers):
                 scheduler.step()
         self._track(stats, policy_stats)
-
-    def _update_all_statistics(self, batch: dict) -> None:
-        """The preprocessors' statistics from the batch: each group's own (observations and, without a team critic,
-        critic states); a team critic's state statistics from the rows where any agent is alive."""
-        for group in self.groups:
-            self._update_statistics(
-                group, batch, kinds=("observation",) if self.team_critic else ("observation", "state")
-            )
-        if self.team_critic is not None:
-            team = self.team_critic
-            self._update_statistics(team, batch, mask=self._team_rows(batch)["agent_mask"], kinds=("state",))
-
-    @contextlib.contextmanager
-    def _frozen(self, parameters: list[torch.Tensor]) -> Iterator[None]:
-        """No gradients for ``parameters`` inside (the critics while the policies step: HARL's ``turn_off_grad``,
-        which spares the critics' weight gradients in the policies' backward passes)."""
-        flags = [p.requires_grad for p in parameters]
-        for p in parameters:
-            p.requires_grad_(False)
-        try:
-            yield
-        finally:
-            for p, flag in zip(parameters, flags, strict=True):
-                p.requires_grad_(flag)
 
     def _policy_inputs(self, group: SACGroup, batch: dict, *, next_: bool) -> dict:
         """The policy inputs of the group's agents from the batch: preprocessed observations, states (or None), the
@@ -441,25 +331,6 @@ class MASAC(OffPolicyAgent):
                     actions[uid], log_probs[uid] = a[i], log_prob[i]
         return self._joint(actions), log_probs
 
-    def _team_rows(self, batch: dict) -> dict[str, torch.Tensor]:
-        """The team's rows ``(1, B, 1)``: the mean reward of the agents alive, terminated and truncated where every
-        agent's episode ended so (HARL's ``dones_env``), alive where any agent is."""
-        alive = torch.stack([batch[u]["agent_mask"] for u in self.possible_agents])  # (N, B, 1)
-        rewards = torch.stack([batch[u]["rewards"] for u in self.possible_agents])
-        count = alive.sum(dim=0, keepdim=True)
-        mean = (rewards * alive).sum(dim=0, keepdim=True) / count.clamp(min=1)
-        flags = {
-            k: torch.stack([batch[u][k] for u in self.possible_agents]).all(dim=0, keepdim=True)
-            for k in ("terminated", "truncated")
-        }
-        return {"rewards": mean, **flags, "agent_mask": count > 0}
-
-    def _critic_rows(self, critics: SACGroup, batch: dict) -> dict[str, torch.Tensor]:
-        """Rewards, terminated, truncated and agent mask of a critic group's rows, ``(G, B, 1)`` each."""
-        if critics is self.team_critic:
-            return self._team_rows(batch)
-        return {k: self._per_agent(critics, batch, k) for k in ("rewards", "terminated", "truncated", "agent_mask")}
-
     def _soft_targets(
         self, critics: SACGroup, batch: dict, joint_next: torch.Tensor, next_log_prob: dict, alive: dict
     ) -> torch.Tensor:
@@ -497,7 +368,7 @@ class MASAC(OffPolicyAgent):
         """
         G, B = critics.size, joint_taken.shape[0]
         rows = self._critic_rows(critics, batch)
-        mask = rows["agent_mask"] if critics.cfg.time_limit_bootstrap else rows["agent_mask"] & ~rows["truncated"]
+        mask = self._critic_mask(critics, rows)
         _, _, states = self._group_inputs(critics, batch, next_=False)
         inputs = {"states": states, "taken_actions": joint_taken.unsqueeze(0).repeat(G, 1, 1)}
         with self._autocast():
@@ -633,22 +504,8 @@ class MASAC(OffPolicyAgent):
 
     def _track(self, critic_stats: dict[int, dict], policy_stats: dict[str, dict]) -> None:
         """Track each agent's (and a team critic's) statistics by name: one host read per gradient step."""
-        big, names, values = torch.finfo(torch.float32).max, [], []
+        names, values = self._critic_tracking(critic_stats)
         with torch.no_grad():
-            for critics in self.critic_groups:
-                s = critic_stats[critics.index]
-                q, mask = s["q"], s["agent_mask"]
-                per_label = {
-                    "Loss / Critic loss ({})": masked_mean(s["error"], s["mask"], dim=(1, 2)),
-                    "Q-network / Q ({}) (mean)": masked_mean(q, mask, dim=(1, 2)),
-                    "Q-network / Q ({}) (min)": q.masked_fill(~mask, big).amin(dim=(1, 2)),
-                    "Q-network / Q ({}) (max)": q.masked_fill(~mask, -big).amax(dim=(1, 2)),
-                    "Target / Target ({}) (mean)": masked_mean(s["target"], s["mask"], dim=(1, 2)),
-                }
-                labels = ["team"] if critics is self.team_critic else critics.uids
-                for name, value in per_label.items():
-                    names += [name.format(label) for label in labels]
-                    values += list(value)
             for group in self.groups:
                 alphas = group.alpha().view(-1).expand(group.size)
                 for i, uid in enumerate(group.uids):
@@ -666,11 +523,7 @@ class MASAC(OffPolicyAgent):
                 self.track_data(
                     f"Learning / Policy learning rate ({uid})", group.policy_optimizer.param_groups[0]["lr"]
                 )
-        for critics in self.critic_groups:
-            for label in ["team"] if critics is self.team_critic else critics.uids:
-                self.track_data(
-                    f"Learning / Critic learning rate ({label})", critics.critic_optimizer.param_groups[0]["lr"]
-                )
+        self._track_critic_learning_rates()
 
 
 __all__ = ["MASAC", "SACGroup", "Temperature"]

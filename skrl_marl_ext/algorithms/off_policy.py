@@ -11,6 +11,9 @@ own file); this base holds what they do alike:
   targets copied from their online models and frozen, the critics' dry run against the state and joint action sizes;
 - recording: each agent's row of a step (agent masks, action masks, the episode's final observation where the env
   hands it over), stored as one joint row;
+- a team critic: the same critic objects given to every agent, each agent its own policy, make one critic for the
+  team (HARL's), a group of its own trained once per gradient step on the team's rows (the mean reward of the agents
+  alive);
 - a batch's inputs: the rows of a group's agents ``(G, B, ...)``, their preprocessed observations and critic states,
   the stored joint action as the critics read it (one-hot for discrete agents);
 - uniform random actions of ``cfg.random_timesteps``.
@@ -18,9 +21,10 @@ own file); this base holds what they do alike:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium
@@ -29,11 +33,12 @@ from skrl.memories.torch import Memory
 from skrl.models.torch import Model
 from skrl.utils.spaces.torch import compute_space_size
 
+from skrl_marl_ext import distributed
 from skrl_marl_ext.algorithms.base import GroupedMultiAgent, Progress
 from skrl_marl_ext.checks.arguments import call_model, expect_shape
 from skrl_marl_ext.features.masks import agent_mask
 from skrl_marl_ext.features.recurrent import is_recurrent
-from skrl_marl_ext.functional import one_hot_actions
+from skrl_marl_ext.functional import masked_mean, one_hot_actions
 from skrl_marl_ext.functional.gumbel import gumbel_max_actions
 from skrl_marl_ext.groups import AgentGroup
 from skrl_marl_ext.groups.optim import Adam, scaled_step
@@ -42,6 +47,17 @@ from skrl_marl_ext.keys import AGENT_MASK_KEY, FINAL_OBSERVATIONS_KEY, FINAL_STA
 from skrl_marl_ext.models.maddpg_models import action_encoding_size
 from skrl_marl_ext.preprocessors import identity
 from skrl_marl_ext.storage.replay import JointReplay, ReplayState
+
+TEAM_CRITIC_FIELDS = (
+    "discount_factor",
+    "polyak",
+    "critic_learning_rate",
+    "grad_norm_clip",
+    "state_preprocessor",
+    "state_preprocessor_kwargs",
+    "time_limit_bootstrap",
+)
+"""Per-agent fields that configure a team critic's update: every agent must be given the same value."""
 
 
 @dataclasses.dataclass
@@ -67,13 +83,16 @@ class OffPolicyGroup(AgentGroup):
     high: torch.Tensor | None = None
     joint_columns: torch.Tensor | None = None
     """``(G, action encoding size)``: the columns of each agent's action in the joint action (the actor's scatter)."""
+    critics: OffPolicyGroup | None = None
+    """The group whose critics judge this group's actions: itself, or the team critic."""
 
     policy = property(lambda self: self.models["policy"])
     critic = property(lambda self: self.models["critic"])
     twin = property(lambda self: "critic_2" in self.models)
     """Whether the group has a second critic (clipped double Q)."""
-    critic_roles = property(lambda self: ("critic", "critic_2") if self.twin else ("critic",))
-    """The online critic roles, trained by one optimiser (skrl TD3's and SAC's one optimiser over both critics)."""
+    critic_roles = property(lambda self: tuple(role for role in ("critic", "critic_2") if role in self.models))
+    """The group's online critic roles (none where a team critic judges it), trained by one optimiser (skrl TD3's and
+    SAC's one optimiser over both critics)."""
 
 
 class OffPolicyAgent(GroupedMultiAgent):
@@ -82,6 +101,8 @@ class OffPolicyAgent(GroupedMultiAgent):
     and :meth:`_keep_replay`, and defines ``act`` and ``_gradient_step``."""
 
     progress_class = OffPolicyProgress
+    team_critic: OffPolicyGroup | None = None
+    """The team critic (a group of its own, its first agent's models), or None: each group has its own critics."""
 
     def __init__(
         self,
@@ -241,6 +262,143 @@ class OffPolicyAgent(GroupedMultiAgent):
             with torch.no_grad():
                 values, _ = call_model(name, what, group.models[role], critic_inputs, role=role, hint=hint)
             expect_shape(name, what, values, (rows, 1), hint=hint)
+
+    # ------------------------------------------------------------------ a team critic
+
+    @property
+    def critic_groups(self) -> list[OffPolicyGroup]:
+        """The groups whose critics a gradient step trains: the team critic, or every group."""
+        return [self.team_critic] if self.team_critic is not None else list(self.groups)
+
+    def _is_team_critic(self, critic_roles: tuple[str, ...]) -> bool:
+        """Whether every agent was given the same ``critic_roles`` objects and the policies differ (a team critic).
+        Critics shared in part, a shared critic that is also a policy, and :data:`TEAM_CRITIC_FIELDS` or critic
+        schedules that differ between agents are refused."""
+        uids, name = self.possible_agents, type(self).__name__
+        shared = [r for r in critic_roles if all(self.models[u][r] is self.models[uids[0]][r] for u in uids)]
+        policies = {id(self.models[u]["policy"]) for u in uids}
+        if not shared or len(uids) == 1 or len(policies) == 1:
+            return False
+        if len(shared) < len(critic_roles):
+            roles = f"{', '.join(critic_roles[:-1])} and {critic_roles[-1]}"
+            raise ValueError(
+                f"{name}: every agent shares the {shared} models but not "
+                f"{[r for r in critic_roles if r not in shared]}; a team critic is the same {roles} "
+                "objects for every agent (or give each agent its own)"
+            )
+        if any(self.models[u]["policy"] is self.models[uids[0]]["critic"] for u in uids):
+            raise ValueError(f"{name}: the critic given to every agent is also a policy; give them models of their own")
+        for field in TEAM_CRITIC_FIELDS:
+            values = {u: self.cfg.value_for(field, u) for u in uids}
+            if len({repr(v) for v in values.values()}) > 1:
+                raise ValueError(
+                    f"{name}: every agent shares one team critic, trained by one update, but cfg.{field} differs "
+                    f"between agents ({values}); give them the same value"
+                )
+        schedulers = {u: self.cfg.value_for("learning_rate_scheduler", u)[1] for u in uids}
+        if len({repr(v) for v in schedulers.values()}) > 1:
+            raise ValueError(
+                f"{name}: every agent shares one team critic, but the critics' learning_rate_scheduler differs between "
+                f"agents ({schedulers}); give them the same value"
+            )
+        return True
+
+    def _make_team_critic(self, critic_roles: tuple[str, ...]) -> OffPolicyGroup:
+        """The team critic as a group of one (the first agent's ``critic_roles`` models and config): checked, its
+        targets copied, its optimiser and state preprocessor made, registered in every agent's checkpoint."""
+        first = self.possible_agents[0]
+        team = self.group_class(
+            index=len(self.groups),
+            uids=[first],
+            models={role: self.models[first][role] for role in critic_roles},
+            observation_space=self.observation_spaces[first],
+            state_space=self.state_spaces[first],
+            action_space=self.action_spaces[first],
+            cfg=self.cfg.for_agent(first),
+        )
+        team.critics = team
+        team.critic_state_space = self._critic_state_space(first)
+        self._check_critics(team, critic_roles, rows=2)
+        team.state_preprocessor = self._make_preprocessor(team, "state", team.critic_state_space)
+        if distributed.is_distributed():  # every rank from rank 0's critics (the groups broadcast the policies)
+            for model in team.unique_models():
+                distributed.broadcast_state(model)
+        self._copy_targets(team, [(f"target_{role}", role) for role in team.critic_roles])
+        self._set_up_optimizers(team)
+        modules = {role: team.models[role] for role in critic_roles}
+        modules.update(critic_optimizer=team.critic_optimizer, critic_scheduler=team.critic_schedulers or None)
+        modules["state_preprocessor"] = team.state_preprocessor
+        for key, module in team.checkpoint_entries(modules).items():
+            module = module[0] if isinstance(module, list) else module
+            if module is not None and module is not identity:
+                for uid in self.possible_agents:
+                    self.checkpoint_modules[uid][key] = module
+        return team
+
+    def _team_rows(self, batch: dict) -> dict[str, torch.Tensor]:
+        """The team's rows ``(1, B, 1)``: the mean reward of the agents alive, terminated and truncated where every
+        agent's episode ended so (HARL's ``dones_env``), alive where any agent is."""
+        alive = torch.stack([batch[u]["agent_mask"] for u in self.possible_agents])  # (N, B, 1)
+        rewards = torch.stack([batch[u]["rewards"] for u in self.possible_agents])
+        count = alive.sum(dim=0, keepdim=True)
+        mean = (rewards * alive).sum(dim=0, keepdim=True) / count.clamp(min=1)
+        flags = {
+            k: torch.stack([batch[u][k] for u in self.possible_agents]).all(dim=0, keepdim=True)
+            for k in ("terminated", "truncated")
+        }
+        return {"rewards": mean, **flags, "agent_mask": count > 0}
+
+    def _critic_rows(self, critics: OffPolicyGroup, batch: dict) -> dict[str, torch.Tensor]:
+        """Rewards, terminated, truncated and agent mask of a critic group's rows, ``(G, B, 1)`` each."""
+        if critics is self.team_critic:
+            return self._team_rows(batch)
+        return {k: self._per_agent(critics, batch, k) for k in ("rewards", "terminated", "truncated", "agent_mask")}
+
+    def _critic_mask(self, critics: OffPolicyGroup, rows: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The rows a critic learns from: where its agent (the team: any agent) acted and, unless
+        ``cfg.time_limit_bootstrap``, was not truncated (the next observation may be the next episode's)."""
+        return rows["agent_mask"] if critics.cfg.time_limit_bootstrap else rows["agent_mask"] & ~rows["truncated"]
+
+    def _critic_tracking(self, critic_stats: dict[int, dict]) -> tuple[list[str], list[torch.Tensor]]:
+        """The tracked names and ``(1,)``-element values of each critic group's step statistics (``{"q", "target",
+        "error", "mask", "agent_mask"}`` by group index): per agent, or ``team`` for a team critic."""
+        big, names, values = torch.finfo(torch.float32).max, [], []
+        with torch.no_grad():
+            for critics in self.critic_groups:
+                s = critic_stats[critics.index]
+                q, mask = s["q"], s["agent_mask"]
+                per_label = {
+                    "Loss / Critic loss ({})": masked_mean(s["error"], s["mask"], dim=(1, 2)),
+                    "Q-network / Q ({}) (mean)": masked_mean(q, mask, dim=(1, 2)),
+                    "Q-network / Q ({}) (min)": q.masked_fill(~mask, big).amin(dim=(1, 2)),
+                    "Q-network / Q ({}) (max)": q.masked_fill(~mask, -big).amax(dim=(1, 2)),
+                    "Target / Target ({}) (mean)": masked_mean(s["target"], s["mask"], dim=(1, 2)),
+                }
+                labels = ["team"] if critics is self.team_critic else critics.uids
+                for name, value in per_label.items():
+                    names += [name.format(label) for label in labels]
+                    values += list(value)
+        return names, values
+
+    def _track_critic_learning_rates(self) -> None:
+        for critics in self.critic_groups:
+            for label in ["team"] if critics is self.team_critic else critics.uids:
+                self.track_data(
+                    f"Learning / Critic learning rate ({label})", critics.critic_optimizer.param_groups[0]["lr"]
+                )
+
+    @contextlib.contextmanager
+    def _frozen(self, parameters: list[torch.Tensor]) -> Iterator[None]:
+        """No gradients for ``parameters`` inside (the critics while the policies step: HARL's ``turn_off_grad``,
+        which spares the critics' weight gradients in the policies' backward passes)."""
+        flags = [p.requires_grad for p in parameters]
+        for p in parameters:
+            p.requires_grad_(False)
+        try:
+            yield
+        finally:
+            for p, flag in zip(parameters, flags, strict=True):
+                p.requires_grad_(flag)
 
     def _create_memory_tensors(self) -> None:
         """Each agent's replay rows: observations, next observations, actions (indexes for Discrete agents),
@@ -456,8 +614,9 @@ class OffPolicyAgent(GroupedMultiAgent):
         self._track_and_checkpoint(timestep=timestep, timesteps=timesteps)
 
     def _online_models(self) -> list[Model]:
-        """The models a gradient step trains (the targets only ever evaluate)."""
-        return [group.models[role] for group in self.groups for role in ("policy", *group.critic_roles)]
+        """The models a gradient step trains, a team critic once (the targets only ever evaluate)."""
+        policies = [group.models["policy"] for group in self.groups]
+        return policies + [critics.models[role] for critics in self.critic_groups for role in critics.critic_roles]
 
     def _online_training_mode(self, enabled: bool) -> None:
         """Training mode of the policies and critics."""
@@ -500,15 +659,23 @@ class OffPolicyAgent(GroupedMultiAgent):
         """
         return self.replay.sample(self.sample_indexes() if indexes is None else indexes, device=self.device)
 
-    def _sample(self, groups: list[AgentGroup] | None = None) -> tuple[dict, torch.Tensor]:
-        """Sample phase: a batch of joint transitions (:meth:`sample_batch`), the preprocessors' statistics of
-        ``groups`` (all groups when None) updated from it, and the stored joint action as the critics read it,
+    def _sample(self) -> tuple[dict, torch.Tensor]:
+        """Sample phase: a batch of joint transitions (:meth:`sample_batch`), the preprocessors' statistics updated
+        from it (:meth:`_update_all_statistics`), and the stored joint action as the critics read it,
         ``(B, joint size)``."""
         batch = self.sample_batch()
-        for group in self.groups if groups is None else groups:
-            self._update_statistics(group, batch)
+        self._update_all_statistics(batch)
         taken = {u: self._encode_actions(u, batch[u]["actions"]) for u in self.possible_agents}
         return batch, self._joint(taken)
+
+    def _update_all_statistics(self, batch: dict) -> None:
+        """The preprocessors' statistics from the batch: each group's own (observations and, without a team critic,
+        critic states); a team critic's state statistics from the rows where any agent is alive."""
+        team = self.team_critic
+        for group in self.groups:
+            self._update_statistics(group, batch, kinds=("observation",) if team else ("observation", "state"))
+        if team is not None:
+            self._update_statistics(team, batch, mask=self._team_rows(batch)["agent_mask"], kinds=("state",))
 
     def _update_statistics(
         self, group: AgentGroup, batch: dict, mask: torch.Tensor | None = None, kinds=("observation", "state")
