@@ -11,8 +11,10 @@ ours is the agent's ``update()``. Both are timed in CPU time of this process (``
 steps after ``--warmup``, with ``--threads`` torch threads: on a shared machine the CPU time is what other processes
 do not inflate.
 
-- ``maddpg``: ours, a critic per agent (HARL's MADDPG has one team critic: the per-agent critics cost a second
-  critic's forward and backward), the agents' models stacked (``batch_agent_models``); ``maddpg-loop``: one by one;
+- ``maddpg``: ours, a critic per agent (the per-agent critics cost a second critic's forward and backward), the
+  agents' models stacked (``batch_agent_models``); ``maddpg-loop``: one by one;
+- ``maddpg-team``: ours with one team critic, HARL's MADDPG config (the same critic objects for both agents), the
+  policies stacked; ``maddpg-team-loop``: one by one;
 - ``hasac``: ours, one team critic (HARL's), the policies stacked; ``hasac-loop``: one by one;
 - ``masac``: ours, one team critic, every policy stepped at once;
 - ``harl-maddpg``, ``harl-hasac``: HARL's;
@@ -63,6 +65,8 @@ HARL = {
 IMPLEMENTATIONS = (
     "maddpg",
     "maddpg-loop",
+    "maddpg-team",
+    "maddpg-team-loop",
     "hasac",
     "hasac-loop",
     "masac",
@@ -125,6 +129,9 @@ def ours(name: str, data: dict):
             u: {"policy": policy(u), "target_policy": policy(u), "critic": critic(), "target_critic": critic()}
             for u in UIDS
         }
+        if "-team" in name:  # every agent given the first agent's critics: one team critic
+            team = {role: models[UIDS[0]][role] for role in ("critic", "target_critic")}
+            models = {u: {**m, **team} for u, m in models.items()}
         cls, cfg = MADDPG, {**common, "actor_learning_rate": 5e-4, "critic_learning_rate": 1e-3}
     else:
         team = {role: critic() for role in ("critic", "critic_2", "target_critic", "target_critic_2")}
