@@ -81,6 +81,10 @@ class OffPolicyGroup(AgentGroup):
     critic_schedulers: list = dataclasses.field(default_factory=list)
     low: torch.Tensor | None = None
     high: torch.Tensor | None = None
+    bounded: torch.Tensor | None = None
+    """Where both of a continuous group's bounds are finite, ``(A,)``."""
+    all_bounded: bool = True
+    """Whether every dimension is bounded (known once at construction: no host read per random action)."""
     joint_columns: torch.Tensor | None = None
     """``(G, action encoding size)``: the columns of each agent's action in the joint action (the actor's scatter)."""
     critics: OffPolicyGroup | None = None
@@ -203,6 +207,8 @@ class OffPolicyAgent(GroupedMultiAgent):
             space = group.action_space
             group.low = torch.as_tensor(space.low, dtype=torch.float32, device=self.device).reshape(-1)
             group.high = torch.as_tensor(space.high, dtype=torch.float32, device=self.device).reshape(-1)
+            group.bounded = torch.isfinite(group.low) & torch.isfinite(group.high)
+            group.all_bounded = bool(group.bounded.all())
 
     def _copy_targets(self, group: AgentGroup, pairs: list[tuple[str, str]]) -> None:
         """Targets start as frozen copies of the online models (each agent's of a batched group): ``pairs`` of
@@ -480,13 +486,12 @@ class OffPolicyAgent(GroupedMultiAgent):
             return gumbel_max_actions(logits=zeros, mask=mask)
         low, high = group.low, group.high
         uniform = low + (high - low) * torch.rand(rows, low.numel(), device=self.device)
-        bounded = torch.isfinite(low) & torch.isfinite(high)
-        if bool(bounded.all()):
+        if group.all_bounded:
             return uniform
         centre = torch.maximum(torch.minimum(torch.zeros_like(low), high), low)
         shape = (rows, low.numel())
         noisy = centre + (noise(shape) if noise else torch.randn(shape, device=self.device)).to(low)
-        return torch.where(bounded, uniform, torch.maximum(torch.minimum(noisy, high), low))
+        return torch.where(group.bounded, uniform, torch.maximum(torch.minimum(noisy, high), low))
 
     # ------------------------------------------------------------------ record_transition
 
