@@ -90,6 +90,24 @@ VARIANTS = {
     "maddpg": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo"),
     # an ablation, not the shipped config: time-outs bootstrapped from V(s_t), as rsl_rl does on Isaac Lab
     "mappo-tlb": Variant("ours", "mappo", "MAPPO", "skrl-mappo", (("agent.time_limit_bootstrap", True),)),
+    # MADDPG tuning candidates (the shipped file's values otherwise): learning rates doubled; twice the gradient
+    # steps; one team critic (the task's reward is the team's)
+    "maddpg-lr": Variant(
+        "ours",
+        "package:pendulum_maddpg",
+        "MADDPG",
+        "skrl-mappo",
+        (("agent.actor_learning_rate", 1.0e-3), ("agent.critic_learning_rate", 2.0e-3)),
+    ),
+    "maddpg-g4": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (("agent.gradient_steps", 4),)),
+    "maddpg-team": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (("models.team_critic", True),)),
+    "maddpg-g4-team": Variant(
+        "ours",
+        "package:pendulum_maddpg",
+        "MADDPG",
+        "skrl-mappo",
+        (("agent.gradient_steps", 4), ("models.team_critic", True)),
+    ),
 }
 
 
