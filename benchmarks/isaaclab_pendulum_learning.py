@@ -81,6 +81,10 @@ class Variant:
     candidate; none for the shipped configs."""
 
 
+MADDPG_DEFAULTS = (("agent.gradient_steps", 2), ("models.team_critic", False))
+"""The package's MADDPG defaults where ``pendulum_maddpg.yaml`` differs from them (2 gradient steps per env step, a
+critic per agent)."""
+
 VARIANTS = {
     "skrl-mappo": Variant("skrl", "mappo", "MAPPO"),
     "skrl-ippo": Variant("skrl", "ippo", "IPPO"),
@@ -90,24 +94,18 @@ VARIANTS = {
     "maddpg": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo"),
     # an ablation, not the shipped config: time-outs bootstrapped from V(s_t), as rsl_rl does on Isaac Lab
     "mappo-tlb": Variant("ours", "mappo", "MAPPO", "skrl-mappo", (("agent.time_limit_bootstrap", True),)),
-    # MADDPG tuning candidates (the shipped file's values otherwise): learning rates doubled; twice the gradient
-    # steps; one team critic (the task's reward is the team's)
+    # MADDPG tuning: the shipped file holds the values chosen (4 gradient steps per env step, one team critic); each
+    # candidate sets what it changes from them, the package defaults the file held before included
+    "maddpg-untuned": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (*MADDPG_DEFAULTS,)),
     "maddpg-lr": Variant(
         "ours",
         "package:pendulum_maddpg",
         "MADDPG",
         "skrl-mappo",
-        (("agent.actor_learning_rate", 1.0e-3), ("agent.critic_learning_rate", 2.0e-3)),
+        (*MADDPG_DEFAULTS, ("agent.actor_learning_rate", 1.0e-3), ("agent.critic_learning_rate", 2.0e-3)),
     ),
-    "maddpg-g4": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (("agent.gradient_steps", 4),)),
-    "maddpg-team": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (("models.team_critic", True),)),
-    "maddpg-g4-team": Variant(
-        "ours",
-        "package:pendulum_maddpg",
-        "MADDPG",
-        "skrl-mappo",
-        (("agent.gradient_steps", 4), ("models.team_critic", True)),
-    ),
+    "maddpg-g4": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (("models.team_critic", False),)),
+    "maddpg-team": Variant("ours", "package:pendulum_maddpg", "MADDPG", "skrl-mappo", (("agent.gradient_steps", 2),)),
 }
 
 
