@@ -384,6 +384,14 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
         num_envs=HARL_ENVS,
         note="HASAC, configs/hasac_mamujoco.yaml (HARL's: a policy per agent, one team soft critic, one-step targets)",
     ),
+    "hasac-n10": Variant(
+        "runner",
+        "hasac",
+        config="hasac_mamujoco",
+        num_envs=HARL_ENVS,
+        overrides=(("n_step", 10),),
+        note="HASAC, configs/hasac_mamujoco.yaml with HARL's 10-step soft targets (n_step 10)",
+    ),
     "masac": Variant(
         "runner",
         "masac",
@@ -395,7 +403,7 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
 }
 """The variants of the MaMuJoCo tasks (the names of :data:`VARIANTS` there mean these): HARL's tuned configs as the
 package ships them, through our Runner."""
-MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg", "hasac", "masac")
+MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg", "hasac", "hasac-n10", "masac")
 
 HARL_TASK_OVERRIDES: dict[str, tuple[tuple[str, Any], ...]] = {
     # HARL's tuned Walker2d-v2-2x3 HAPPO and MAPPO (its lr and critic_lr 1e-3, linear decay to 0); HalfCheetah-6x1

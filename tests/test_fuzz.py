@@ -127,6 +127,7 @@ def test_on_policy_trains_with_any_config(cfg, algo, family, shared):
 MADDPG_FIELDS = {
     "experiment": st.just({"write_interval": 0, "checkpoint_interval": 0}),
     "gradient_steps": st.integers(1, 2),
+    "n_step": st.integers(1, 4),
     "batch_size": st.integers(1, 32),
     "discount_factor": st.floats(0.0, 1.0),
     "polyak": st.floats(0.0, 1.0),

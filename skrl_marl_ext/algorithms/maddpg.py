@@ -406,7 +406,7 @@ class MADDPG(OffPolicyAgent):
                 rewards=rows["rewards"],
                 next_q_values=next_qs,
                 terminated=rows["terminated"],
-                discount_factor=critics.cfg.discount_factor,
+                discount_factor=self._discount(critics, rows),
             )
 
     def _critic_step(

@@ -355,7 +355,7 @@ class MASAC(OffPolicyAgent):
                 next_log_prob=log_prob,
                 temperature=temperature,
                 terminated=rows["terminated"],
-                discount_factor=critics.cfg.discount_factor,
+                discount_factor=self._discount(critics, rows),
             )
 
     def _critic_step(

@@ -352,13 +352,23 @@ class OffPolicyAgent(GroupedMultiAgent):
             k: torch.stack([batch[u][k] for u in self.possible_agents]).all(dim=0, keepdim=True)
             for k in ("terminated", "truncated")
         }
-        return {"rewards": mean, **flags, "agent_mask": count > 0}
+        rows = {"rewards": mean, **flags, "agent_mask": count > 0}
+        if "discount" in batch[self.possible_agents[0]]:  # n-step rows: the same steps for every agent
+            rows["discount"] = batch[self.possible_agents[0]]["discount"].unsqueeze(0)
+        return rows
 
     def _critic_rows(self, critics: OffPolicyGroup, batch: dict) -> dict[str, torch.Tensor]:
-        """Rewards, terminated, truncated and agent mask of a critic group's rows, ``(G, B, 1)`` each."""
+        """Rewards, terminated, truncated and agent mask of a critic group's rows, ``(G, B, 1)`` each, and the
+        discount of n-step rows (:meth:`sample_batch`)."""
         if critics is self.team_critic:
             return self._team_rows(batch)
-        return {k: self._per_agent(critics, batch, k) for k in ("rewards", "terminated", "truncated", "agent_mask")}
+        names = ("rewards", "terminated", "truncated", "agent_mask", "discount")
+        return {k: self._per_agent(critics, batch, k) for k in names if k in batch[critics.uids[0]]}
+
+    @staticmethod
+    def _discount(critics: OffPolicyGroup, rows: dict[str, torch.Tensor]) -> float | torch.Tensor:
+        """``gamma``, or each n-step row's ``gamma^k``."""
+        return rows.get("discount", critics.cfg.discount_factor)
 
     def _critic_mask(self, critics: OffPolicyGroup, rows: dict[str, torch.Tensor]) -> torch.Tensor:
         """The rows a critic learns from: where its agent (the team: any agent) acted and, unless
@@ -660,9 +670,20 @@ class OffPolicyAgent(GroupedMultiAgent):
         """Read the rows ``indexes`` (:meth:`sample_indexes` when None) of every agent's memory.
 
         :return: ``{agent: {tensor name: (batch, size)}}``; Discrete agents' also hold ``"action_mask"`` and
-            ``"next_action_mask"``, bool ``(batch, n)``.
+            ``"next_action_mask"``, bool ``(batch, n)``. With ``cfg.n_step > 1``, ``n``-step rows and each row's
+            ``"discount"`` (``gamma^k``, :meth:`~skrl_marl_ext.storage.replay.JointReplay.sample`).
         """
-        return self.replay.sample(self.sample_indexes() if indexes is None else indexes, device=self.device)
+        indexes = self.sample_indexes() if indexes is None else indexes
+        if self.cfg.n_step == 1:
+            return self.replay.sample(indexes, device=self.device)
+        uids = self.possible_agents
+        return self.replay.sample(
+            indexes,
+            device=self.device,
+            n_step=self.cfg.n_step,
+            discounts={uid: self.cfg.value_for("discount_factor", uid) for uid in uids},
+            through_truncation=all(self.cfg.value_for("time_limit_bootstrap", uid) for uid in uids),
+        )
 
     def _sample(self) -> tuple[dict, torch.Tensor]:
         """Sample phase: a batch of joint transitions (:meth:`sample_batch`), the preprocessors' statistics updated

@@ -27,6 +27,7 @@ class OffPolicyCfg(MarlCfg):
         "non_finite",
         "batch_size",
         "gradient_steps",
+        "n_step",
         "random_timesteps",
         "learning_starts",
         "rewards_shaper",
@@ -47,6 +48,14 @@ class OffPolicyCfg(MarlCfg):
     discount_factor: float | dict[str, float] = 0.99
     """Discount factor ``gamma`` in ``[0, 1]`` (per agent). 0.99 as BenchMARL (VMAS episodes of 100+ steps); the MADDPG
     paper's 0.95 was for 25-step MPE episodes."""
+
+    n_step: int = 1
+    """*New.* Steps of reward in each critic target (HARL's ``n_step``): ``y = sum_{j<k} gamma^j r_{t+j} + gamma^k
+    (1 - terminated_{t+k-1}) Q'(s_{t+k}, a')``, over the ``k <= n_step`` steps of the sampled transition's env from
+    it on, fewer where an episode ends, a truncation follows (unless ``time_limit_bootstrap``), an agent did not act
+    or the newest step is reached. The rewards in between are those of the actions stored, with no correction for
+    the policies having moved since (as HARL's; MASAC and HASAC add no entropy term for them). One value for all
+    agents. 1: skrl's one-step targets."""
 
     polyak: float | dict[str, float] = 0.005
     """Target network update weight in ``[0, 1]`` (per agent), skrl's convention:
@@ -144,7 +153,7 @@ class OffPolicyCfg(MarlCfg):
         for name in ("batch_agent_models", "checkpoint_replay"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}: cfg.{name} must be True or False, got {getattr(self, name)!r}")
-        for name in ("batch_size", "gradient_steps"):
+        for name in ("batch_size", "gradient_steps", "n_step"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{owner}: cfg.{name} must be a positive integer, got {value!r}")

@@ -40,7 +40,7 @@ def critic_target(
     rewards: torch.Tensor,
     next_q_values: Sequence[torch.Tensor],
     terminated: torch.Tensor,
-    discount_factor: float,
+    discount_factor: float | torch.Tensor,
 ) -> torch.Tensor:
     """``y = r + gamma (1 - terminated) min_k Q'_k(s', a')``: one target critic, or the smaller of twin ones (clipped
     double Q).
@@ -48,7 +48,7 @@ def critic_target(
     :param rewards: Rewards, shape ``(G, B, 1)``.
     :param next_q_values: One or two target critic values ``Q'_k(s', a')``, each ``(G, B, 1)``.
     :param terminated: Boolean (or 0/1) termination flags, shape ``(G, B, 1)``.
-    :param discount_factor: ``gamma`` in ``[0, 1]``.
+    :param discount_factor: ``gamma`` in ``[0, 1]``, or each row's ``gamma^k`` (n-step targets), ``(..., 1)``.
     :return: Targets, shape ``(G, B, 1)``.
     """
     if len(next_q_values) not in (1, 2):

@@ -46,7 +46,7 @@ def soft_q_target(
     next_log_prob: torch.Tensor,
     temperature: torch.Tensor | float,
     terminated: torch.Tensor,
-    discount_factor: float,
+    discount_factor: float | torch.Tensor,
 ) -> torch.Tensor:
     """``y = r + gamma (min_k Q'_k(s', a') - alpha log pi(a' | s')) (1 - terminated)``: the soft Bellman target with
     twin (or one) target critics, ``a'`` drawn from the current policies (HARL's soft twin critic).
@@ -57,7 +57,7 @@ def soft_q_target(
         ``(G, B, 1)``.
     :param temperature: ``alpha >= 0``, a number or a tensor broadcastable to ``(G, B, 1)``.
     :param terminated: Boolean (or 0/1) termination flags, ``(G, B, 1)``.
-    :param discount_factor: ``gamma`` in ``[0, 1]``.
+    :param discount_factor: ``gamma`` in ``[0, 1]``, or each row's ``gamma^k`` (n-step targets), ``(..., 1)``.
     :return: Targets, ``(G, B, 1)``.
     """
     if len(next_q_values) not in (1, 2):

@@ -169,16 +169,79 @@ class JointReplay:
         """``batch_size`` row indexes drawn with replacement from the filled part of the memories."""
         return torch.randint(len(self), (batch_size,), device=self.memories[self.uids[0]].device)
 
-    def sample(self, indexes: torch.Tensor, *, device: torch.device | str) -> dict[str, dict[str, torch.Tensor]]:
+    def sample(
+        self,
+        indexes: torch.Tensor,
+        *,
+        device: torch.device | str,
+        n_step: int = 1,
+        discounts: dict[str, float] | None = None,
+        through_truncation: bool = False,
+    ) -> dict[str, dict[str, torch.Tensor]]:
         """Rows ``indexes`` of every agent's memory: ``{agent: {name: (batch, width)}}``, the same rows for all (one
-        read per storage tensor; row ``r`` is step ``r // num_envs`` of env ``r % num_envs``, skrl's flat order)."""
+        read per storage tensor; row ``r`` is step ``r // num_envs`` of env ``r % num_envs``, skrl's flat order).
+
+        With ``n_step > 1`` each row is the start of an ``n``-step transition (HARL's ``n_step``): ``rewards`` become
+        each agent's ``sum_j gamma^j r_{t+j}`` over the steps reached (``discounts``: ``{agent: gamma}``), the next
+        observations, states, action masks and the ``terminated``/``truncated`` flags are those of the last step
+        reached, and ``discount`` holds each agent's ``gamma^k`` for the ``k`` steps reached, ``(batch, 1)``. The
+        steps reached are the same for every agent, so the joint next state is one moment: from step ``t + j`` the
+        transition goes on to ``t + j + 1`` while no agent's episode ended at ``t + j``, ``t + j`` is not the newest
+        step written, every agent acted at both steps, and ``t + j + 1`` is not a truncation (unless
+        ``through_truncation``: the critics bootstrap from truncated transitions).
+        """
+        batch = self._read(self.parts, indexes, device)
+        if n_step > 1:
+            self._n_step(batch, indexes, n_step, discounts or {}, through_truncation, device)
+        return batch
+
+    def _read(self, parts: dict, indexes: torch.Tensor, device: torch.device | str) -> dict[str, dict]:
         batch: dict[str, dict[str, torch.Tensor]] = {uid: {} for uid in self.uids}
-        for name, parts in self.parts.items():
-            for uids, storage in parts:
+        for name, name_parts in parts.items():
+            for uids, storage in name_parts:
                 sampled = storage.flatten(1, 2)[:, indexes].to(device)  # (agents, batch, width)
                 for k, uid in enumerate(uids):
                     batch[uid][name] = sampled[k]
         return batch
+
+    def _n_step(
+        self, batch: dict, indexes: torch.Tensor, n_step: int, discounts: dict, through_truncation: bool, device
+    ) -> None:
+        """Turn the one-step rows of ``batch`` into ``n_step`` ones in place (see :meth:`sample`): the ``n_step``
+        steps of each row's env from it on are read at once, and step ``j`` is reached while every step before it
+        lets the transition go on."""
+        first, E, here = self.memories[self.uids[0]], self.num_envs, indexes.device
+        newest = (first.memory_index - 1) % first.memory_size  # the step written last
+        ahead = torch.arange(n_step, device=here)
+        steps = (indexes // E).unsqueeze(1) + ahead  # (B, n)
+        rows = (steps % first.memory_size) * E + (indexes % E).unsqueeze(1)
+        names = ("terminated", "truncated", "agent_mask", "rewards")
+        got = self._read({name: self.parts[name] for name in names}, rows.flatten(), here)
+
+        def per_step(name: str) -> torch.Tensor:  # (agents, B, n)
+            return torch.stack([got[u][name].view(rows.shape) for u in self.uids])
+
+        truncated = per_step("truncated").any(dim=0)
+        ended = per_step("terminated").any(dim=0) | truncated
+        acted = per_step("agent_mask").all(dim=0)
+        goes_on = ~ended[:, :-1] & acted[:, :-1] & acted[:, 1:] & (steps[:, :-1] % first.memory_size != newest)
+        if not through_truncation:
+            goes_on = goes_on & ~truncated[:, 1:]
+        reached = torch.cat([torch.ones_like(goes_on[:, :1]), goes_on.cumprod(dim=1).bool()], dim=1)  # (B, n)
+        count = reached.sum(dim=1, keepdim=True)
+        last = rows.gather(1, count - 1).squeeze(1)  # the row of the last step reached
+        ends = {name: parts for name, parts in self.parts.items() if name.startswith("next_")}
+        ends.update(terminated=self.parts["terminated"], truncated=self.parts["truncated"])
+        at_end = self._read(ends, last, device)
+        reached, steps_reached = reached.to(device), count.to(device=device, dtype=torch.float32)
+        for uid in self.uids:
+            gamma = discounts.get(uid, 1.0)
+            weights = gamma ** ahead.to(device=device, dtype=torch.float64)
+            rewards = got[uid]["rewards"].view(rows.shape).to(device)
+            batch[uid].update(at_end[uid])
+            terms = torch.where(reached, rewards * weights.to(rewards.dtype), 0.0)
+            batch[uid]["rewards"] = terms.sum(dim=1, keepdim=True)
+            batch[uid]["discount"] = gamma**steps_reached
 
 
 def _as_step(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
