@@ -403,7 +403,8 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
 }
 """The variants of the MaMuJoCo tasks (the names of :data:`VARIANTS` there mean these): HARL's tuned configs as the
 package ships them, through our Runner."""
-MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg", "hasac", "hasac-n10", "masac")
+MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg", "hasac", "masac")
+"""The default variants: the shipped configs (``hasac-n10`` is a candidate, run by name)."""
 
 HARL_TASK_OVERRIDES: dict[str, tuple[tuple[str, Any], ...]] = {
     # HARL's tuned Walker2d-v2-2x3 HAPPO and MAPPO (its lr and critic_lr 1e-3, linear decay to 0); HalfCheetah-6x1

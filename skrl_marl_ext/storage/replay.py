@@ -192,7 +192,8 @@ class JointReplay:
         """
         batch = self._read(self.parts, indexes, device)
         if n_step > 1:
-            self._n_step(batch, indexes, n_step, discounts or {}, through_truncation, device)
+            for uid, rows in self._n_step(indexes, n_step, discounts or {}, through_truncation, device).items():
+                batch[uid].update(rows)
         return batch
 
     def _read(self, parts: dict, indexes: torch.Tensor, device: torch.device | str) -> dict[str, dict]:
@@ -205,11 +206,12 @@ class JointReplay:
         return batch
 
     def _n_step(
-        self, batch: dict, indexes: torch.Tensor, n_step: int, discounts: dict, through_truncation: bool, device
-    ) -> None:
-        """Turn the one-step rows of ``batch`` into ``n_step`` ones in place (see :meth:`sample`): the ``n_step``
+        self, indexes: torch.Tensor, n_step: int, discounts: dict, through_truncation: bool, device
+    ) -> dict[str, dict[str, torch.Tensor]]:
+        """The ``n_step`` rows that replace the one-step ones of rows ``indexes`` (see :meth:`sample`): the ``n_step``
         steps of each row's env from it on are read at once, and step ``j`` is reached while every step before it
-        lets the transition go on."""
+        lets the transition go on. ``{agent: {name: (batch, width)}}``: the summed rewards, ``discount``, and the
+        next observations, states, masks and flags of the last step reached."""
         first, E, here = self.memories[self.uids[0]], self.num_envs, indexes.device
         newest = (first.memory_index - 1) % first.memory_size  # the step written last
         ahead = torch.arange(n_step, device=here)
@@ -232,16 +234,16 @@ class JointReplay:
         last = rows.gather(1, count - 1).squeeze(1)  # the row of the last step reached
         ends = {name: parts for name, parts in self.parts.items() if name.startswith("next_")}
         ends.update(terminated=self.parts["terminated"], truncated=self.parts["truncated"])
-        at_end = self._read(ends, last, device)
-        reached, steps_reached = reached.to(device), count.to(device=device, dtype=torch.float32)
-        for uid in self.uids:
-            gamma = discounts.get(uid, 1.0)
-            weights = gamma ** ahead.to(device=device, dtype=torch.float64)
-            rewards = got[uid]["rewards"].view(rows.shape).to(device)
-            batch[uid].update(at_end[uid])
-            terms = torch.where(reached, rewards * weights.to(rewards.dtype), 0.0)
-            batch[uid]["rewards"] = terms.sum(dim=1, keepdim=True)
-            batch[uid]["discount"] = gamma**steps_reached
+        out = self._read(ends, last, device)
+        # every agent at once: (agents, 1, 1) discounts, (agents, B, n) rewards
+        gammas = torch.tensor([float(discounts.get(u, 1.0)) for u in self.uids], dtype=torch.float64, device=device)
+        rewards = per_step("rewards").to(device)
+        weights = (gammas.view(-1, 1, 1) ** ahead.to(device)).to(rewards.dtype)
+        summed = torch.where(reached.to(device), rewards * weights, 0.0).sum(dim=2, keepdim=True)
+        discount = (gammas.view(-1, 1, 1) ** count.to(device)).to(rewards.dtype)
+        for k, uid in enumerate(self.uids):
+            out[uid].update(rewards=summed[k], discount=discount[k])
+        return out
 
 
 def _as_step(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
