@@ -392,6 +392,13 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
         overrides=(("n_step", 10),),
         note="HASAC, configs/hasac_mamujoco.yaml with HARL's 10-step soft targets (n_step 10)",
     ),
+    "hasac-10envs": Variant(
+        "runner",
+        "hasac",
+        config="hasac_mamujoco",
+        num_envs=10,
+        note="HASAC, configs/hasac_mamujoco.yaml on 10 envs: MADDPG's ratio of gradient steps to frames",
+    ),
     "masac": Variant(
         "runner",
         "masac",
@@ -404,7 +411,7 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
 """The variants of the MaMuJoCo tasks (the names of :data:`VARIANTS` there mean these): HARL's tuned configs as the
 package ships them, through our Runner."""
 MAMUJOCO_ALGOS = ("happo", "mappo", "mappo-own", "ippo", "maddpg", "hasac", "masac")
-"""The default variants: the shipped configs (``hasac-n10`` is a candidate, run by name)."""
+"""The default variants: the shipped configs (``hasac-n10`` and ``hasac-10envs`` are candidates, run by name)."""
 
 HARL_TASK_OVERRIDES: dict[str, tuple[tuple[str, Any], ...]] = {
     # HARL's tuned Walker2d-v2-2x3 HAPPO and MAPPO (its lr and critic_lr 1e-3, linear decay to 0); HalfCheetah-6x1
