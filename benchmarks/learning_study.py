@@ -397,7 +397,10 @@ MAMUJOCO_VARIANTS: dict[str, Variant] = {
         "hasac",
         config="hasac_mamujoco",
         num_envs=10,
-        note="HASAC, configs/hasac_mamujoco.yaml on 10 envs: MADDPG's ratio of gradient steps to frames",
+        # HARL's buffer (1M transitions) and warm-up (10000) over 10 envs, as configs/maddpg_mamujoco.yaml has them
+        overrides=(("memory.memory_size", 100000), ("random_timesteps", 1000), ("learning_starts", 1000)),
+        note="HASAC, configs/hasac_mamujoco.yaml on 10 envs (buffer and warm-up in transitions kept): MADDPG's "
+        "ratio of gradient steps to frames",
     ),
     "masac": Variant(
         "runner",
